@@ -1,0 +1,82 @@
+"""Bare ``grpc.aio`` echo server: the gRPC floor that ctxd calls are compared to.
+
+It uses the same server stack as ctxd (``grpc.aio.server`` on 127.0.0.1 with
+an ephemeral port) but does no work: requests are raw bytes (identity
+serializers, no proto) echoed back. Run as ``python -m bench.echo_server``;
+it prints the bound port as its first stdout line and serves until SIGTERM,
+SIGINT or (with ``--watch-stdin``) EOF on stdin.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+import threading
+
+import grpc
+
+SERVICE = "bench.Echo"
+METHOD = f"/{SERVICE}/Echo"
+
+
+async def _echo(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+    return request
+
+
+def add_echo_service(server: grpc.aio.Server) -> None:
+    """Register the echo method the way generated ``*_pb2_grpc`` code does."""
+    handlers = {"Echo": grpc.unary_unary_rpc_method_handler(_echo)}
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+    if hasattr(server, "add_registered_method_handlers"):
+        server.add_registered_method_handlers(SERVICE, handlers)
+
+
+async def serve(host: str, port: int, watch_stdin: bool) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):
+            pass
+    if watch_stdin:
+
+        def wait_eof() -> None:
+            try:
+                while sys.stdin.buffer.read(4096):
+                    pass
+            except (OSError, ValueError):
+                pass
+            loop.call_soon_threadsafe(stop.set)
+
+        threading.Thread(target=wait_eof, name="stdin-watch", daemon=True).start()
+
+    server = grpc.aio.server()
+    add_echo_service(server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if not bound:
+        raise RuntimeError(f"could not bind {host}:{port}")
+    await server.start()
+    print(bound, flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await server.stop(grace=0.5)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.echo_server", description=__doc__)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0, help="0 = ephemeral (default)")
+    ap.add_argument(
+        "--watch-stdin", action="store_true", help="exit when stdin reaches EOF (parent died)"
+    )
+    args = ap.parse_args(argv)
+    asyncio.run(serve(args.host, args.port, args.watch_stdin))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""Tests that keep ``python -m bench`` from rotting: harness unit checks plus a
+``--quick`` end-to-end run (spawns the echo server, LMDB and moto)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.harness import Report, Result, measure, percentile, throughput
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_percentile_interpolates():
+    vals = [1, 2, 3, 4, 5]
+    assert percentile(vals, 0) == 1
+    assert percentile(vals, 50) == 3
+    assert percentile(vals, 100) == 5
+    assert percentile(vals, 25) == 2
+    assert percentile([10, 20], 50) == 15
+
+
+def test_measure_and_throughput_shapes():
+    calls = []
+    r = measure(lambda: calls.append(1), 50, 5, name="noop", group="t")
+    assert (r.unit, r.n, len(calls)) == ("us", 50, 55)
+    assert 0 <= r.p50 <= r.p99
+    t = throughput(lambda: None, 2, 0.05, warmup_seconds=0.01, name="noop.tput", group="t")
+    assert t.unit == "calls/s" and t.p99 is None and t.n > 0 and t.extra["callers"] == 2
+
+
+def test_throughput_reraises_caller_error():
+    def boom():
+        raise ValueError("x")
+
+    with pytest.raises(ValueError):
+        throughput(boom, 2, 0.05, warmup_seconds=0, name="boom", group="t")
+
+
+def test_report_ratio_table_json(tmp_path):
+    rep = Report()
+    rep.add(Result("base", "g", "us", 100.0, 200.0, 10))
+    rep.add(Result("x", "g", "us", 250.0, 300.0, 10, ratio_to="base"))
+    rep.add(Result("y", "g", "calls/s", 5.0, None, 10, ratio_to="base"))  # unit mismatch
+    rep.add(Result("z", "g", "us", 1.0, 1.0, 1, ratio_to="missing"))
+    assert rep.ratio(rep.get("x")) == (2.5, 1.5)
+    assert rep.ratio(rep.get("y")) == (None, None)
+    table = rep.table()
+    assert "2.50x / 1.50x" in table and "n/a" in table
+    with pytest.raises(ValueError):
+        rep.add(Result("x", "g", "us", 1.0, 1.0, 1))
+    data = json.loads(rep.write_json(tmp_path / "r.json").read_text())
+    assert [r["name"] for r in data["results"]] == ["base", "x", "y", "z"]
+    assert data["results"][1]["ratio"] == 2.5
+
+
+def test_quick_run_end_to_end(tmp_path):
+    out = tmp_path / "results.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--json", str(out), "--tmpdir", str(tmp_path)],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(out.read_text())
+    assert data["failures"] == []
+    names = {r["name"] for r in data["results"]}
+    assert {
+        "grpc.echo.unary",
+        "grpc.echo.tput.c1",
+        "grpc.echo.tput.c4",
+        "grpc.echo.tput.c16",
+        "lmdb.put",
+        "lmdb.get",
+        "s3.put_object",
+        "s3.get_object",
+    } <= names
+    for r in data["results"]:
+        assert r["p50"] > 0 and r["n"] > 0

@@ -1,0 +1,1 @@
+"""ctxd's built-in store plugins, registered like any third-party plugin."""

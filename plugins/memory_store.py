@@ -1,0 +1,80 @@
+"""``memory://``: an in-process store for tests and demos (nothing survives exit)."""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import threading
+from collections.abc import Mapping
+
+from sidecar.hookspecs import hookimpl
+from sidecar.store import Capability, Item, PreconditionFailed, Store
+
+
+def content_version(value: bytes) -> str:
+    return hashlib.blake2b(value, digest_size=12).hexdigest()
+
+
+class MemoryStore(Store):
+    name = "memory"
+    capabilities = frozenset({Capability.LIST, Capability.DELETE, Capability.CONDITIONAL_PUT})
+    inline_reads = True
+
+    def __init__(self) -> None:
+        self._items: dict[str, Item] = {}
+        self._keys: list[str] = []  # sorted
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> Item | None:
+        return self._items.get(key)
+
+    def put(self, key, value, *, if_version=None, if_absent=False) -> str:
+        item = Item(bytes(value), content_version(value))
+        with self._lock:
+            current = self._items.get(key)
+            _check(current, if_version, if_absent)
+            if current is None:
+                bisect.insort(self._keys, key)
+            self._items[key] = item
+        return item.version
+
+    def delete(self, key, *, if_version=None) -> None:
+        with self._lock:
+            current = self._items.get(key)
+            if if_version is not None:
+                _check(current, if_version, False)
+            if current is not None:
+                del self._items[key]
+                del self._keys[bisect.bisect_left(self._keys, key)]
+
+    def list(self, prefix, *, start_after="", limit=None) -> list[str]:
+        with self._lock:
+            lo = max(prefix, start_after)
+            i = bisect.bisect_right(self._keys, lo) if lo == start_after else bisect.bisect_left(
+                self._keys, lo
+            )
+            out: list[str] = []
+            for key in self._keys[i:]:
+                if not key.startswith(prefix) or (limit is not None and len(out) >= limit):
+                    break
+                out.append(key)
+            return out
+
+
+def _check(current: Item | None, if_version: str | None, if_absent: bool) -> None:
+    if if_absent and current is not None:
+        raise PreconditionFailed("key already exists")
+    if if_version is not None and (current is None or current.version != if_version):
+        raise PreconditionFailed("version does not match")
+
+
+@hookimpl
+def ctxd_store_schemes() -> list[str]:
+    return ["memory"]
+
+
+@hookimpl
+def ctxd_open_store(scheme: str, uri: str, options: Mapping[str, str]) -> Store | None:
+    if scheme != "memory":
+        return None
+    return MemoryStore()

@@ -1,0 +1,217 @@
+"""``s3://BUCKET/PREFIX``: objects in an S3 (or S3-compatible) bucket.
+
+Several sidecars may share one bucket: conditional writes (If-None-Match /
+If-Match) make every racing write either win or fail cleanly. Credentials
+come from the standard boto3 chain (environment, profile, instance or pod
+role), never from the URI.
+
+Options (URI query): ``endpoint_url``, ``region``, ``list`` (``true``; set
+``false`` when the role may not list the bucket: the sidecar then serves
+listing from its own index), ``addressing_style`` (``auto``/``path``/
+``virtual``), ``connect_timeout`` and ``read_timeout`` (seconds, default 2
+and 10), ``max_attempts`` (standard retry mode, default 4), ``profile``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from urllib.parse import unquote, urlsplit
+
+import boto3
+import botocore.config
+import botocore.exceptions
+
+from sidecar.hookspecs import hookimpl
+from sidecar.store import (
+    Capability,
+    Item,
+    PreconditionFailed,
+    Store,
+    StoreError,
+    StoreUnavailable,
+)
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+class S3Store(Store):
+    name = "s3"
+    max_key_bytes = 1024
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        can_list: bool = True,
+        addressing_style: str = "auto",
+        connect_timeout: float = 2.0,
+        read_timeout: float = 10.0,
+        max_attempts: int = 4,
+        profile: str | None = None,
+    ) -> None:
+        self.bucket = bucket
+        self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
+        self.endpoint_url = endpoint_url
+        caps = {Capability.DELETE, Capability.CONDITIONAL_PUT}
+        if can_list:
+            caps.add(Capability.LIST)
+        self.capabilities = frozenset(caps)
+        config = botocore.config.Config(
+            region_name=region,
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            retries={"mode": "standard", "max_attempts": max_attempts},
+            s3={"addressing_style": addressing_style},
+            max_pool_connections=32,
+        )
+        session = boto3.session.Session(profile_name=profile)
+        self.client = session.client("s3", endpoint_url=endpoint_url, config=config)
+
+    def _key(self, key: str) -> str:
+        return self.prefix + key
+
+    def get(self, key: str) -> Item | None:
+        try:
+            resp = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
+            return Item(resp["Body"].read(), resp["ETag"])
+        except botocore.exceptions.ClientError as exc:
+            if _code(exc) in {"NoSuchKey", "404"}:
+                return None
+            raise _translate(exc) from None
+        except botocore.exceptions.BotoCoreError as exc:
+            raise _translate(exc) from None
+
+    def put(self, key, value, *, if_version=None, if_absent=False) -> str:
+        kwargs = {"Bucket": self.bucket, "Key": self._key(key), "Body": bytes(value)}
+        if if_absent:
+            kwargs["IfNoneMatch"] = "*"
+        if if_version is not None:
+            kwargs["IfMatch"] = if_version
+        try:
+            return self.client.put_object(**kwargs)["ETag"]
+        except botocore.exceptions.ClientError as exc:
+            if if_absent or if_version is not None:
+                # 412: precondition failed; 409: a concurrent conditional
+                # write won; 404: If-Match on a key that does not exist.
+                if _status(exc) in {404, 409, 412}:
+                    raise PreconditionFailed("version does not match") from None
+            raise _translate(exc) from None
+        except botocore.exceptions.BotoCoreError as exc:
+            raise _translate(exc) from None
+
+    def delete(self, key, *, if_version=None) -> None:
+        kwargs = {"Bucket": self.bucket, "Key": self._key(key)}
+        if if_version is not None:
+            kwargs["IfMatch"] = if_version
+        try:
+            self.client.delete_object(**kwargs)
+        except botocore.exceptions.ClientError as exc:
+            if if_version is not None and _status(exc) in {404, 409, 412}:
+                raise PreconditionFailed("version does not match") from None
+            raise _translate(exc) from None
+        except botocore.exceptions.BotoCoreError as exc:
+            raise _translate(exc) from None
+
+    def list(self, prefix, *, start_after="", limit=None) -> list[str]:
+        if Capability.LIST not in self.capabilities:
+            raise NotImplementedError("this S3 store was opened with list=false")
+        full_prefix = self._key(prefix)
+        params = {"Bucket": self.bucket, "Prefix": full_prefix}
+        if start_after > prefix:
+            params["StartAfter"] = self._key(start_after)
+        if limit is not None:
+            params["PaginationConfig"] = {"MaxItems": limit}
+        out: list[str] = []
+        try:
+            for page in self.client.get_paginator("list_objects_v2").paginate(**params):
+                out.extend(obj["Key"][len(self.prefix):] for obj in page.get("Contents", ()))
+        except botocore.exceptions.ClientError as exc:
+            raise _translate(exc) from None
+        except botocore.exceptions.BotoCoreError as exc:
+            raise _translate(exc) from None
+        return out[:limit] if limit is not None else out
+
+    def close(self) -> None:
+        self.client.close()
+
+    def describe(self) -> str:
+        where = f" at {self.endpoint_url}" if self.endpoint_url else ""
+        return f"s3 bucket {self.bucket!r}{where}"
+
+
+def _code(exc: botocore.exceptions.ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _status(exc: botocore.exceptions.ClientError) -> int:
+    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+
+
+def _translate(exc: Exception) -> StoreError:
+    """Map a boto error to a store error whose message carries no secrets."""
+    if isinstance(exc, botocore.exceptions.ClientError):
+        status, code = _status(exc), _code(exc)
+        if status >= 500 or code in {"SlowDown", "RequestTimeout", "ServiceUnavailable"}:
+            return StoreUnavailable(f"S3 is failing ({code or status})")
+        if code in {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"}:
+            return StoreUnavailable(f"S3 refused access ({code}); check credentials and policy")
+        if code == "NoSuchBucket":
+            return StoreUnavailable("S3 bucket does not exist")
+        return StoreError(f"S3 request failed ({code or status})")
+    if isinstance(exc, botocore.exceptions.NoCredentialsError):
+        return StoreUnavailable("no S3 credentials found")
+    return StoreUnavailable(f"S3 is unreachable ({type(exc).__name__})")
+
+
+def _flag(options: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    if raw.lower() in _TRUE:
+        return True
+    if raw.lower() in _FALSE:
+        return False
+    raise ValueError(f"s3 store option {name}={raw!r} must be true or false")
+
+
+def _number(options: Mapping[str, str], name: str, default: float) -> float:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"s3 store option {name}={raw!r} must be a number") from None
+    if value <= 0:
+        raise ValueError(f"s3 store option {name} must be positive")
+    return value
+
+
+@hookimpl
+def ctxd_store_schemes() -> list[str]:
+    return ["s3"]
+
+
+@hookimpl
+def ctxd_open_store(scheme: str, uri: str, options: Mapping[str, str]) -> Store | None:
+    if scheme != "s3":
+        return None
+    parts = urlsplit(uri)
+    if not parts.netloc:
+        raise ValueError("s3 store URI needs a bucket, e.g. s3://my-bucket/ctxd")
+    return S3Store(
+        parts.netloc,
+        unquote(parts.path),
+        endpoint_url=options.get("endpoint_url") or None,
+        region=options.get("region") or None,
+        can_list=_flag(options, "list", True),
+        addressing_style=options.get("addressing_style", "auto"),
+        connect_timeout=_number(options, "connect_timeout", 2.0),
+        read_timeout=_number(options, "read_timeout", 10.0),
+        max_attempts=int(_number(options, "max_attempts", 4)),
+        profile=options.get("profile") or None,
+    )

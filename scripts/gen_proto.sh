@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Regenerates the committed Python code for proto/ctxd/v1 into sidecar/api.
+# Pinned: grpcio-tools==1.85.1 (the `dev` extra). Run from anywhere.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+want="1.85.1"
+have=$(python -c 'import grpc_tools, importlib.metadata as m; print(m.version("grpcio-tools"))')
+if [ "$have" != "$want" ]; then
+  echo "grpcio-tools $want required (found $have): pip install -e '.[dev]'" >&2
+  exit 1
+fi
+out=sidecar/api
+rm -rf "$out/ctxd"
+python -m grpc_tools.protoc -I proto \
+  --python_out="$out" --pyi_out="$out" --grpc_python_out="$out" \
+  proto/ctxd/v1/*.proto
+# protoc writes absolute imports ("from ctxd.v1 import x_pb2"); make them
+# point at the package the code lives in.
+sed -i 's/^from ctxd\.v1 import/from sidecar.api.ctxd.v1 import/' "$out"/ctxd/v1/*.py
+touch "$out/ctxd/__init__.py" "$out/ctxd/v1/__init__.py"
+echo "generated into $out/ctxd/v1"

@@ -1,0 +1,152 @@
+"""The sidecar's view of a store: namespaced keys, async calls, tombstones.
+
+Domain code never talks to a :class:`sidecar.store.Store` directly. It uses a
+:class:`Storage`, which
+
+* prefixes every key with ``<prefix>/<instance>/`` so one bucket or LMDB
+  environment can hold many instances and nothing outside this instance is
+  reachable;
+* runs blocking store calls in worker threads (or inline for stores that
+  declare ``inline_reads``), so the event loop never waits on disk or network;
+* serves DELETE with tombstones on stores that cannot delete;
+* turns store errors into domain errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+from collections.abc import Callable
+from typing import TypeVar
+
+from sidecar.core.errors import Conflict, InvalidArgument, LimitExceeded, Unavailable
+from sidecar.store import (
+    Capability,
+    Item,
+    PreconditionFailed,
+    Store,
+    StoreError,
+    StoreFull,
+    StoreUnavailable,
+)
+
+T = TypeVar("T")
+
+#: Written in place of a value on stores without DELETE; never a valid record.
+TOMBSTONE = b"\x00ctxd:tombstone"
+
+
+class Storage:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        prefix: str = "ctxd",
+        instance: str = "default",
+        workers: int = 16,
+    ) -> None:
+        self.store = store
+        self.namespace = f"{prefix.strip('/')}/{instance}/" if prefix.strip("/") else f"{instance}/"
+        self.capabilities = store.capabilities
+        self.can_list = Capability.LIST in store.capabilities
+        self.can_delete = Capability.DELETE in store.capabilities
+        self.can_cas = Capability.CONDITIONAL_PUT in store.capabilities
+        self._pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="store")
+
+    @property
+    def backend(self) -> str:
+        return self.store.name
+
+    # -- key handling ----------------------------------------------------------
+    def full_key(self, key: str) -> str:
+        full = self.namespace + key
+        limit = self.store.max_key_bytes
+        if limit is not None and len(full.encode()) > limit:
+            room = limit - len(self.namespace.encode())
+            raise InvalidArgument("key", f"too long for the {self.backend} store (at most {room} bytes of UTF-8)")
+        return full
+
+    def key_room(self, reserved: int = 0) -> int | None:
+        """Bytes left for a relative key after the namespace (None: unlimited)."""
+        limit = self.store.max_key_bytes
+        return None if limit is None else limit - len(self.namespace.encode()) - reserved
+
+    # -- calls --------------------------------------------------------------------
+    async def _call(self, fn: Callable[..., T], *args, **kwargs) -> T:
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
+        except PreconditionFailed:
+            raise Conflict("the record changed since it was read; re-read and retry") from None
+        except StoreFull as exc:
+            raise LimitExceeded("store_capacity", 0, str(exc)) from None
+        except StoreUnavailable as exc:
+            raise Unavailable(f"store unavailable: {exc}") from None
+        except StoreError as exc:
+            raise Unavailable(f"store error: {exc}") from None
+
+    async def get(self, key: str) -> Item | None:
+        full = self.full_key(key)
+        if self.store.inline_reads:
+            try:
+                item = self.store.get(full)
+            except StoreError as exc:
+                raise Unavailable(f"store error: {exc}") from None
+        else:
+            item = await self._call(self.store.get, full)
+        if item is not None and not self.can_delete and item.value == TOMBSTONE:
+            return None
+        return item
+
+    async def put(
+        self, key: str, value: bytes, *, if_version: str | None = None, if_absent: bool = False
+    ) -> str:
+        """Write; with a precondition this raises :class:`Conflict` on a lost race."""
+        full = self.full_key(key)
+        if (if_version is not None or if_absent) and not self.can_cas:
+            raise Unavailable(f"the {self.backend} store cannot do conditional writes")
+        if if_absent and not self.can_delete:
+            # A tombstone counts as absent: compare against it instead.
+            current = await self._call(self.store.get, full)
+            if current is not None:
+                if current.value != TOMBSTONE:
+                    raise Conflict("the record already exists")
+                return await self._call(self.store.put, full, value, if_version=current.version)
+        return await self._call(
+            self.store.put, full, value, if_version=if_version, if_absent=if_absent
+        )
+
+    async def delete(self, key: str, *, if_version: str | None = None) -> None:
+        full = self.full_key(key)
+        if self.can_delete:
+            await self._call(self.store.delete, full, if_version=if_version)
+        elif if_version is not None:
+            await self._call(self.store.put, full, TOMBSTONE, if_version=if_version)
+        else:
+            await self._call(self.store.put, full, TOMBSTONE)
+
+    async def list(self, prefix: str, *, start_after: str = "", limit: int | None = None) -> list[str]:
+        """Relative keys under ``prefix``. Only on stores with LIST: callers
+        check :attr:`can_list` and use :class:`sidecar.core.keyindex.KeyIndex`
+        otherwise."""
+        if not self.can_list:
+            raise RuntimeError("store does not declare LIST; use a KeyIndex")
+        n = len(self.namespace)
+        keys = await self._call(
+            self.store.list,
+            self.namespace + prefix,
+            start_after=self.namespace + start_after if start_after else "",
+            limit=limit,
+        )
+        return [k[n:] for k in keys]
+
+    async def run(self, fn: Callable[..., T], *args) -> T:
+        """Run a blocking callable in the store's worker pool."""
+        return await self._call(fn, *args)
+
+    async def close(self) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._pool, self.store.flush)
+        await loop.run_in_executor(self._pool, self.store.close)
+        self._pool.shutdown(wait=True)

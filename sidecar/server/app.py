@@ -1,0 +1,118 @@
+"""The sidecar process: gRPC server, health, reflection, graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from sidecar.api.ctxd.v1 import context_pb2, context_pb2_grpc, memory_pb2, memory_pb2_grpc
+from sidecar.config import Config
+from sidecar.core.storage import Storage
+from sidecar.plugins import open_store, plugin_manager
+from sidecar.server.context_service import ContextServicer
+from sidecar.server.interceptors import ErrorInterceptor
+from sidecar.server.memory_service import MemoryServicer
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAMES = (
+    context_pb2.DESCRIPTOR.services_by_name["ContextService"].full_name,
+    memory_pb2.DESCRIPTOR.services_by_name["MemoryService"].full_name,
+)
+
+#: gRPC's own limit on one message; bigger requests fail with RESOURCE_EXHAUSTED.
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+
+class Sidecar:
+    """One running ctxd: start it, wait for a stop signal, stop it."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.server: grpc.aio.Server | None = None
+        self.health = health.aio.HealthServicer()
+        self.address: str | None = None
+        self._stopped = asyncio.Event()
+
+    async def start(self) -> str:
+        """Open the store and start serving; return the bound address."""
+        cfg = self.config
+        pm = plugin_manager()
+        store = await asyncio.to_thread(open_store, cfg.store, pm)
+        self.storage = Storage(store, prefix=cfg.prefix, instance=cfg.instance)
+        self.memory = MemoryServicer(cfg, self.storage, pm)
+        self.contexts = ContextServicer(cfg, self.storage, pm)
+
+        self.server = grpc.aio.server(
+            interceptors=[ErrorInterceptor()],
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        memory_pb2_grpc.add_MemoryServiceServicer_to_server(self.memory, self.server)
+        context_pb2_grpc.add_ContextServiceServicer_to_server(self.contexts, self.server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        reflection.enable_server_reflection(
+            (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server
+        )
+        self.address = self._bind(cfg.listen)
+        await self.memory.start()
+        await self.contexts.start()
+        await self.server.start()
+        for name in ("", *SERVICE_NAMES):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        log.info(
+            "serving",
+            extra={"address": self.address, "store": store.describe(), "instance": cfg.instance},
+        )
+        return self.address
+
+    def _bind(self, listen: str) -> str:
+        try:
+            port = self.server.add_insecure_port(listen)
+        except RuntimeError:
+            port = 0
+        if listen.startswith("unix:"):
+            return listen
+        if not port:
+            raise OSError(f"cannot listen on {listen}")
+        host = listen.rsplit(":", 1)[0]
+        return f"{host}:{port}"
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Drain and shut down: NOT_SERVING, finish in-flight calls, flush the store."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        grace = self.config.grace_seconds if grace is None else grace
+        log.info("shutting down", extra={"grace_seconds": grace})
+        await self.health.enter_graceful_shutdown()
+        if self.server is not None:
+            await self.server.stop(grace)
+        await self.contexts.stop()
+        await self.memory.stop()
+        await self.storage.close()
+        log.info("stopped")
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+
+async def run(config: Config) -> int:
+    """Serve until SIGTERM/SIGINT, then drain and return the exit code."""
+    sidecar = Sidecar(config)
+    await sidecar.start()
+    loop = asyncio.get_running_loop()
+    stop_requested = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop_requested.set)
+    await stop_requested.wait()
+    await sidecar.stop()
+    return 0

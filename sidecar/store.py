@@ -1,0 +1,118 @@
+"""The store interface every backend plugin implements.
+
+Deliberately small: ``get``, conditional ``put``, and the optional ``delete``
+and ``list`` that a backend declares in :attr:`Store.capabilities`. Every
+convenience (key namespacing, async calls, tombstones, the list index for
+backends that cannot enumerate) lives in the sidecar, so a plugin author
+writes only what their backend does.
+
+Methods are synchronous and may block; the sidecar calls them from worker
+threads (or inline for backends that declare ``inline_reads``). Keys are
+arbitrary non-empty UTF-8 strings already namespaced by the sidecar; values
+are bytes (possibly empty).
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from dataclasses import dataclass
+from typing import ClassVar
+
+
+class Capability(enum.StrEnum):
+    """Optional abilities a store declares; the sidecar reads, never probes."""
+
+    #: ``list()`` enumerates keys by prefix in lexicographic (byte) order.
+    LIST = "list"
+    #: ``delete()`` removes a key. Without it the sidecar writes tombstones.
+    DELETE = "delete"
+    #: ``put(if_version=…, if_absent=…)`` and ``delete(if_version=…)`` are
+    #: atomic compare-and-set, safe across processes sharing the backend.
+    CONDITIONAL_PUT = "conditional_put"
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """A stored value and its opaque version.
+
+    The version changes whenever the content changes; two writes of
+    identical bytes may share one (S3 ETags behave this way).
+    """
+
+    value: bytes
+    version: str
+
+
+class StoreError(Exception):
+    """Base of the errors a store raises. Messages must not carry secrets."""
+
+
+class PreconditionFailed(StoreError):
+    """A conditional put or delete found a different version (or none)."""
+
+
+class StoreFull(StoreError):
+    """The backend is out of space (e.g. LMDB map full)."""
+
+
+class StoreUnavailable(StoreError):
+    """The backend cannot be reached or keeps failing; the call may be retried."""
+
+
+class Store(abc.ABC):
+    """A key/value backend. Subclass it in a plugin and return it from
+    :func:`sidecar.hookspecs.ctxd_open_store`."""
+
+    #: Backend label used in logs and metrics (e.g. ``"lmdb"``).
+    name: ClassVar[str] = "store"
+    #: What this backend can do beyond get/put.
+    capabilities: frozenset[Capability] = frozenset()
+    #: Reads are local and cheap (memory or mmap): the sidecar may call
+    #: ``get`` on its event loop instead of in a worker thread.
+    inline_reads: ClassVar[bool] = False
+    #: Longest key the backend accepts, in UTF-8 bytes (``None``: no limit).
+    #: The sidecar rejects longer keys with a clear error before calling.
+    max_key_bytes: ClassVar[int | None] = None
+
+    @abc.abstractmethod
+    def get(self, key: str) -> Item | None:
+        """Return the item stored under ``key``, or ``None``."""
+
+    @abc.abstractmethod
+    def put(
+        self,
+        key: str,
+        value: bytes,
+        *,
+        if_version: str | None = None,
+        if_absent: bool = False,
+    ) -> str:
+        """Store ``value`` and return its new version.
+
+        With ``if_absent`` the write happens only when ``key`` does not exist;
+        with ``if_version`` only when the stored version equals it. Otherwise
+        :class:`PreconditionFailed`. Preconditions are only passed to stores
+        declaring :attr:`Capability.CONDITIONAL_PUT`.
+        """
+
+    def delete(self, key: str, *, if_version: str | None = None) -> None:
+        """Remove ``key`` (a missing key is not an error unless ``if_version``
+        is given, which then fails with :class:`PreconditionFailed`).
+        Requires DELETE."""
+        raise NotImplementedError(f"{self.name} does not declare DELETE")
+
+    def list(self, prefix: str, *, start_after: str = "", limit: int | None = None) -> list[str]:
+        """Keys starting with ``prefix`` and greater than ``start_after``, in
+        order, at most ``limit`` of them. Requires LIST."""
+        raise NotImplementedError(f"{self.name} does not declare LIST")
+
+    def flush(self) -> None:  # noqa: B027 - optional hook
+        """Make every acknowledged write durable (called on shutdown)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources. The store is not used afterwards."""
+
+    def describe(self) -> str:
+        """A short description for logs, without credentials."""
+        return self.name
