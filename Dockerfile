@@ -1,0 +1,21 @@
+# ctxd sidecar image: slim Python, non-root, LMDB on a volume by default.
+FROM python:3.11-slim AS build
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY sidecar ./sidecar
+COPY plugins ./plugins
+RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+
+FROM python:3.11-slim
+RUN useradd --system --uid 10001 --home-dir /var/lib/ctxd --create-home ctxd
+COPY --from=build /wheels /wheels
+RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
+USER 10001
+VOLUME ["/var/lib/ctxd"]
+ENV CTXD_LISTEN=0.0.0.0:50051 \
+    CTXD_STORE=lmdb:///var/lib/ctxd \
+    PYTHONUNBUFFERED=1
+EXPOSE 50051
+# SIGTERM drains in-flight calls for grace_seconds (10 s by default) before exit.
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["ctxd", "serve"]
