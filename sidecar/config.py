@@ -81,8 +81,12 @@ class Config:
     grace_seconds: float = 10.0
     #: Prometheus metrics address (host:port); empty disables it.
     metrics_listen: str = ""
-    #: File holding the bearer token callers must send; empty disables auth.
+    #: File holding the bearer token callers must send (preferred over
+    #: ``auth_token``); both empty disables auth.
     auth_token_file: str = ""
+    #: The bearer token itself, for ``CTXD_AUTH_TOKEN``; never put it in a
+    #: config file that others can read.
+    auth_token: str = field(default="", repr=False)
     #: TLS certificate and key (PEM files); both empty means plaintext.
     tls_cert_file: str = ""
     tls_key_file: str = ""

@@ -11,11 +11,12 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from sidecar.api.ctxd.v1 import context_pb2, context_pb2_grpc, memory_pb2, memory_pb2_grpc
+from sidecar import metrics
 from sidecar.config import Config
 from sidecar.core.storage import Storage
 from sidecar.plugins import open_store, plugin_manager
 from sidecar.server.context_service import ContextServicer
-from sidecar.server.interceptors import ErrorInterceptor
+from sidecar.server.interceptors import AuthInterceptor, ServiceInterceptor
 from sidecar.server.memory_service import MemoryServicer
 
 log = logging.getLogger(__name__)
@@ -48,8 +49,13 @@ class Sidecar:
         self.memory = MemoryServicer(cfg, self.storage, pm)
         self.contexts = ContextServicer(cfg, self.storage, pm)
 
+        interceptors: list[grpc.aio.ServerInterceptor] = []
+        token = read_token(cfg)
+        if token:
+            interceptors.append(AuthInterceptor(token))
+        interceptors.append(ServiceInterceptor())
         self.server = grpc.aio.server(
-            interceptors=[ErrorInterceptor()],
+            interceptors=interceptors,
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -62,7 +68,9 @@ class Sidecar:
         reflection.enable_server_reflection(
             (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server
         )
-        self.address = self._bind(cfg.listen)
+        self.address = self._bind(cfg.listen, server_credentials(cfg))
+        if cfg.metrics_listen:
+            metrics.serve(cfg.metrics_listen)
         await self.memory.start()
         await self.contexts.start()
         await self.server.start()
@@ -74,9 +82,12 @@ class Sidecar:
         )
         return self.address
 
-    def _bind(self, listen: str) -> str:
+    def _bind(self, listen: str, credentials: grpc.ServerCredentials | None) -> str:
         try:
-            port = self.server.add_insecure_port(listen)
+            if credentials is None:
+                port = self.server.add_insecure_port(listen)
+            else:
+                port = self.server.add_secure_port(listen, credentials)
         except RuntimeError:
             port = 0
         if listen.startswith("unix:"):
@@ -103,6 +114,40 @@ class Sidecar:
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
+
+
+def read_token(cfg: Config) -> str:
+    """The bearer token from ``auth_token_file`` (preferred) or ``auth_token``."""
+    if cfg.auth_token_file:
+        try:
+            with open(cfg.auth_token_file, encoding="utf-8") as fh:
+                token = fh.read().strip()
+        except OSError:
+            raise ValueError("cannot read auth_token_file") from None
+        if not token:
+            raise ValueError("auth_token_file is empty")
+        return token
+    return cfg.auth_token
+
+
+def server_credentials(cfg: Config) -> grpc.ServerCredentials | None:
+    """TLS (and mTLS when a client CA is configured), or None for plaintext."""
+    if not cfg.tls_cert_file:
+        return None
+
+    def read(path: str, what: str) -> bytes:
+        try:
+            with open(path, "rb") as fh:
+                return fh.read()
+        except OSError:
+            raise ValueError(f"cannot read {what}") from None
+
+    key = read(cfg.tls_key_file, "tls_key_file")
+    cert = read(cfg.tls_cert_file, "tls_cert_file")
+    ca = read(cfg.tls_client_ca_file, "tls_client_ca_file") if cfg.tls_client_ca_file else None
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=ca, require_client_auth=ca is not None
+    )
 
 
 async def run(config: Config) -> int:

@@ -1,33 +1,69 @@
-"""Cross-cutting concerns applied to every RPC: error mapping."""
+"""Cross-cutting concerns applied to every RPC: authentication, error mapping
+and RPC metrics."""
 
 from __future__ import annotations
 
+import hmac
 import logging
+import time
 import uuid
 
 import grpc
 
+from sidecar import metrics
 from sidecar.core.errors import CtxdError
 from sidecar.server import status
 
 log = logging.getLogger(__name__)
 
-
-async def _abort(context: grpc.aio.ServicerContext, st: grpc.Status) -> None:
-    await context.abort(st.code, st.details, st.trailing_metadata)
-
-
-async def _handle(exc: Exception, method: str, context: grpc.aio.ServicerContext) -> None:
-    if isinstance(exc, CtxdError):
-        await _abort(context, status.to_status(exc))
-    ref = uuid.uuid4().hex[:12]
-    log.error("unhandled error", exc_info=exc, extra={"method": method, "reference": ref})
-    await _abort(context, status.internal(ref))
+#: Methods reachable without a token (probes must work before auth is set up).
+UNAUTHENTICATED_PREFIXES = ("/grpc.health.v1.Health/",)
 
 
-class ErrorInterceptor(grpc.aio.ServerInterceptor):
-    """Turns domain errors into statuses with details, and anything else into
-    an INTERNAL status with a log reference (never a stack trace)."""
+class AuthInterceptor(grpc.aio.ServerInterceptor):
+    """Requires ``authorization: Bearer <token>`` on every call but health.
+
+    The comparison is constant-time; the token never appears in logs or errors.
+    """
+
+    def __init__(self, token: str) -> None:
+        self._expected = f"Bearer {token}".encode()
+
+    async def intercept_service(self, continuation, handler_call_details):
+        method = handler_call_details.method
+        if not method.startswith(UNAUTHENTICATED_PREFIXES):
+            presented = b""
+            for key, value in handler_call_details.invocation_metadata or ():
+                if key == "authorization":
+                    presented = value.encode() if isinstance(value, str) else value
+                    break
+            if not hmac.compare_digest(presented, self._expected):
+                handler = await continuation(handler_call_details)
+                return _refusal(handler, "missing or invalid bearer token")
+        return await continuation(handler_call_details)
+
+
+def _refusal(handler: grpc.RpcMethodHandler | None, message: str) -> grpc.RpcMethodHandler:
+    async def refuse(request_or_iterator, context):
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+
+    async def refuse_stream(request_or_iterator, context):
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+        yield  # pragma: no cover - makes this an async generator
+
+    if handler is not None and handler.unary_stream:
+        return grpc.unary_stream_rpc_method_handler(refuse_stream)
+    if handler is not None and handler.stream_stream:
+        return grpc.stream_stream_rpc_method_handler(refuse_stream)
+    if handler is not None and handler.stream_unary:
+        return grpc.stream_unary_rpc_method_handler(refuse)
+    return grpc.unary_unary_rpc_method_handler(refuse)
+
+
+class ServiceInterceptor(grpc.aio.ServerInterceptor):
+    """Wraps ctxd's own handlers once per method: domain errors become statuses
+    with ``google.rpc`` details, anything unexpected becomes INTERNAL with a log
+    reference (never a stack trace), and every call is counted and timed."""
 
     def __init__(self) -> None:
         self._cache: dict[str, grpc.RpcMethodHandler] = {}
@@ -45,17 +81,48 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
         return wrapped
 
 
+async def _fail(exc: Exception, method: str, context: grpc.aio.ServicerContext) -> None:
+    if isinstance(exc, NotImplementedError):
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{method} is not implemented")
+    st = status.to_status(exc) if isinstance(exc, CtxdError) else None
+    if st is None:
+        ref = uuid.uuid4().hex[:12]
+        log.error("unhandled error", exc_info=exc, extra={"method": method, "reference": ref})
+        st = status.internal(ref)
+    await context.abort(st.code, st.details, st.trailing_metadata)
+
+
+def _code_of(context: grpc.aio.ServicerContext) -> str:
+    code = context.code()
+    if code is None:
+        return "OK"
+    return code.name if isinstance(code, grpc.StatusCode) else grpc.StatusCode(code).name
+
+
+def _record(name: str, started: float, code: str) -> None:
+    metrics.RPC_REQUESTS.labels(name, code).inc()
+    metrics.RPC_LATENCY.labels(name, code).observe(time.perf_counter() - started)
+
+
 def _wrap(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+    name = method.rsplit("/", 1)[-1]
     if handler.unary_unary:
         inner = handler.unary_unary
 
         async def unary_unary(request, context):
+            started = time.perf_counter()
             try:
-                return await inner(request, context)
-            except (grpc.aio.AbortError, grpc.aio.BaseError):
+                reply = await inner(request, context)
+            except grpc.aio.AbortError:
+                _record(name, started, _code_of(context))
                 raise
             except Exception as exc:  # noqa: BLE001 - mapped to a status
-                await _handle(exc, method, context)
+                try:
+                    await _fail(exc, method, context)
+                finally:
+                    _record(name, started, _code_of(context))
+            _record(name, started, "OK")
+            return reply
 
         return grpc.unary_unary_rpc_method_handler(
             unary_unary,
@@ -66,13 +133,19 @@ def _wrap(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
         inner_stream = handler.unary_stream
 
         async def unary_stream(request, context):
+            started = time.perf_counter()
             try:
                 async for item in inner_stream(request, context):
                     yield item
-            except (grpc.aio.AbortError, grpc.aio.BaseError):
+            except grpc.aio.AbortError:
+                _record(name, started, _code_of(context))
                 raise
             except Exception as exc:  # noqa: BLE001 - mapped to a status
-                await _handle(exc, method, context)
+                try:
+                    await _fail(exc, method, context)
+                finally:
+                    _record(name, started, _code_of(context))
+            _record(name, started, "OK")
 
         return grpc.unary_stream_rpc_method_handler(
             unary_stream,

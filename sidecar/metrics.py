@@ -1,0 +1,49 @@
+"""Prometheus metrics, served on their own port (``metrics_listen``).
+
+Defined in one place so names and labels stay consistent; the domain core
+updates them through these objects (prometheus_client has no gRPC in it).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+_LATENCY_BUCKETS = (
+    0.0002, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+)
+
+RPC_REQUESTS = Counter(
+    "ctxd_rpc_requests_total", "RPCs handled, by method and status code.", ["method", "code"]
+)
+RPC_LATENCY = Histogram(
+    "ctxd_rpc_latency_seconds",
+    "RPC handling time, by method and status code.",
+    ["method", "code"],
+    buckets=_LATENCY_BUCKETS,
+)
+STORE_LATENCY = Histogram(
+    "ctxd_store_operation_seconds",
+    "Store operation time, by backend and operation.",
+    ["backend", "op"],
+    buckets=_LATENCY_BUCKETS,
+)
+STORE_ERRORS = Counter(
+    "ctxd_store_errors_total",
+    "Store operations that failed, by backend, operation and kind.",
+    ["backend", "op", "kind"],
+)
+CONTEXTS_RESIDENT = Gauge("ctxd_contexts_resident", "Contexts held in the in-memory registry.")
+CONTEXT_TOKENS = Gauge(
+    "ctxd_context_tokens", "Estimated tokens of each resident context.", ["context"]
+)
+COMPACTIONS = Counter(
+    "ctxd_compactions_total", "Compactions, by trigger and result.", ["trigger", "result"]
+)
+MEMORY_KEYS = Gauge("ctxd_memory_keys", "Live agent-memory keys in this instance.")
+MEMORY_BYTES = Gauge("ctxd_memory_bytes", "Bytes of agent-memory values in this instance.")
+
+
+def serve(address: str) -> None:
+    """Start the metrics HTTP endpoint (``host:port``) in a daemon thread."""
+    host, _, port = address.rpartition(":")
+    start_http_server(int(port), addr=host or "127.0.0.1")
