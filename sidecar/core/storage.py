@@ -17,9 +17,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from sidecar import metrics
 from sidecar.core.errors import Conflict, InvalidArgument, LimitExceeded, Unavailable
 from sidecar.store import (
     Capability,
@@ -75,16 +77,26 @@ class Storage:
     # -- calls --------------------------------------------------------------------
     async def _call(self, fn: Callable[..., T], *args, **kwargs) -> T:
         loop = asyncio.get_running_loop()
+        op = getattr(fn, "__name__", "call")
+        started = time.perf_counter()
         try:
             return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
         except PreconditionFailed:
             raise Conflict("the record changed since it was read; re-read and retry") from None
         except StoreFull as exc:
+            self._error(op, "full")
             raise LimitExceeded("store_capacity", 0, str(exc)) from None
         except StoreUnavailable as exc:
+            self._error(op, "unavailable")
             raise Unavailable(f"store unavailable: {exc}") from None
         except StoreError as exc:
+            self._error(op, "error")
             raise Unavailable(f"store error: {exc}") from None
+        finally:
+            metrics.STORE_LATENCY.labels(self.backend, op).observe(time.perf_counter() - started)
+
+    def _error(self, op: str, kind: str) -> None:
+        metrics.STORE_ERRORS.labels(self.backend, op, kind).inc()
 
     async def get(self, key: str) -> Item | None:
         full = self.full_key(key)
