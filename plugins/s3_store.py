@@ -98,10 +98,25 @@ class S3Store(Store):
                 # 412: precondition failed; 409: a concurrent conditional
                 # write won; 404: If-Match on a key that does not exist.
                 if _status(exc) in {404, 409, 412}:
+                    own = self._own_retried_write(exc, key, value)
+                    if own is not None:
+                        return own
                     raise PreconditionFailed("version does not match") from None
             raise _translate(exc) from None
         except botocore.exceptions.BotoCoreError as exc:
             raise _translate(exc) from None
+
+    def _own_retried_write(self, exc, key: str, value: bytes) -> str | None:
+        """After a retried conditional PUT fails its precondition, tell our own
+        first attempt (applied, but its reply lost) from another writer's:
+        the object then holds exactly the bytes we sent. Callers write values
+        that are unique per write (they carry timestamps and ids)."""
+        if exc.response.get("ResponseMetadata", {}).get("RetryAttempts", 0) == 0:
+            return None
+        current = self.get(key)
+        if current is not None and current.value == bytes(value):
+            return current.version
+        return None
 
     def delete(self, key, *, if_version=None) -> None:
         kwargs = {"Bucket": self.bucket, "Key": self._key(key)}
@@ -119,12 +134,16 @@ class S3Store(Store):
     def list(self, prefix, *, start_after="", limit=None) -> list[str]:
         if Capability.LIST not in self.capabilities:
             raise NotImplementedError("this S3 store was opened with list=false")
+        if limit is not None and limit <= 0:
+            return []
         full_prefix = self._key(prefix)
         params = {"Bucket": self.bucket, "Prefix": full_prefix}
-        if start_after > prefix:
+        if start_after:
+            # Exclusive, like the other stores: a key equal to ``start_after``
+            # (even one equal to the prefix itself) is not returned.
             params["StartAfter"] = self._key(start_after)
         if limit is not None:
-            params["PaginationConfig"] = {"MaxItems": limit}
+            params["PaginationConfig"] = {"MaxItems": limit, "PageSize": min(limit, 1000)}
         out: list[str] = []
         try:
             for page in self.client.get_paginator("list_objects_v2").paginate(**params):

@@ -79,6 +79,9 @@ class Config:
     instance: str = "default"
     #: Seconds in-flight calls get to finish on SIGTERM.
     grace_seconds: float = 10.0
+    #: Seconds between store health probes; while the store fails them, the
+    #: ctxd services report NOT_SERVING (the process itself stays SERVING).
+    store_probe_interval: float = 5.0
     #: Prometheus metrics address (host:port); empty disables it.
     metrics_listen: str = ""
     #: File holding the bearer token callers must send (preferred over

@@ -13,6 +13,7 @@ from grpc_reflection.v1alpha import reflection
 from sidecar.api.ctxd.v1 import context_pb2, context_pb2_grpc, memory_pb2, memory_pb2_grpc
 from sidecar import metrics
 from sidecar.config import Config
+from sidecar.core.errors import CtxdError
 from sidecar.core.storage import Storage
 from sidecar.plugins import open_store, plugin_manager
 from sidecar.server.context_service import ContextServicer
@@ -76,11 +77,40 @@ class Sidecar:
         await self.server.start()
         for name in ("", *SERVICE_NAMES):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self._store_ok = True
+        self._probe = asyncio.create_task(self._watch_store(), name="store-probe")
         log.info(
             "serving",
             extra={"address": self.address, "store": store.describe(), "instance": cfg.instance},
         )
         return self.address
+
+    async def _watch_store(self) -> None:
+        """Probe the store; its services are NOT_SERVING while it fails.
+
+        Overall health ("") stays SERVING so a liveness probe does not restart
+        a pod whose only problem is the store; readiness should check a
+        service name (e.g. ``ctxd.v1.ContextService``).
+        """
+        interval = self.config.store_probe_interval
+        if interval <= 0:
+            return
+        while not self._stopped.is_set():
+            await asyncio.sleep(interval)
+            try:
+                await asyncio.wait_for(self.storage.get("health/probe"), timeout=max(interval, 1.0))
+                ok = True
+            except (CtxdError, TimeoutError):
+                ok = False
+            if ok != self._store_ok and not self._stopped.is_set():
+                self._store_ok = ok
+                state = health_pb2.HealthCheckResponse.SERVING if ok else health_pb2.HealthCheckResponse.NOT_SERVING
+                for name in SERVICE_NAMES:
+                    await self.health.set(name, state)
+                if ok:
+                    log.info("store recovered")
+                else:
+                    log.warning("store unavailable; services NOT_SERVING until it recovers")
 
     def _bind(self, listen: str, credentials: grpc.ServerCredentials | None) -> str:
         try:
@@ -105,6 +135,8 @@ class Sidecar:
         grace = self.config.grace_seconds if grace is None else grace
         log.info("shutting down", extra={"grace_seconds": grace})
         await self.health.enter_graceful_shutdown()
+        if getattr(self, "_probe", None) is not None:
+            self._probe.cancel()
         if self.server is not None:
             await self.server.stop(grace)
         await self.contexts.stop()
