@@ -9,7 +9,8 @@ Options (URI query): ``endpoint_url``, ``region``, ``list`` (``true``; set
 ``false`` when the role may not list the bucket: the sidecar then serves
 listing from its own index), ``addressing_style`` (``auto``/``path``/
 ``virtual``), ``connect_timeout`` and ``read_timeout`` (seconds, default 2
-and 10), ``max_attempts`` (standard retry mode, default 4), ``profile``.
+and 10), ``max_attempts`` (standard retry mode; attempts in all, the first
+included, as in the AWS config file; default 4), ``profile``.
 """
 
 from __future__ import annotations
@@ -35,9 +36,13 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
 
+#: S3's limit on an object key, in UTF-8 bytes.
+S3_MAX_KEY_BYTES = 1024
+
+
 class S3Store(Store):
     name = "s3"
-    max_key_bytes = 1024
+    max_key_bytes = S3_MAX_KEY_BYTES
 
     def __init__(
         self,
@@ -55,6 +60,11 @@ class S3Store(Store):
     ) -> None:
         self.bucket = bucket
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
+        # The object key is this prefix plus the sidecar's key: S3's limit
+        # applies to the sum, so the room left for keys is smaller.
+        self.max_key_bytes = S3_MAX_KEY_BYTES - len(self.prefix.encode())
+        if self.max_key_bytes < 256:
+            raise ValueError("s3 store prefix is too long; keep it well under 1024 bytes")
         self.endpoint_url = endpoint_url
         caps = {Capability.DELETE, Capability.CONDITIONAL_PUT}
         if can_list:
@@ -64,7 +74,8 @@ class S3Store(Store):
             region_name=region,
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
-            retries={"mode": "standard", "max_attempts": max_attempts},
+            # botocore's own "max_attempts" counts retries only.
+            retries={"mode": "standard", "total_max_attempts": max_attempts},
             s3={"addressing_style": addressing_style},
             max_pool_connections=32,
         )

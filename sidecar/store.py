@@ -9,7 +9,9 @@ writes only what their backend does.
 Methods are synchronous and may block; the sidecar calls them from worker
 threads (or inline for backends that declare ``inline_reads``). Keys are
 arbitrary non-empty UTF-8 strings already namespaced by the sidecar; values
-are bytes (possibly empty).
+are bytes (possibly empty). :mod:`sidecar.testing.store_conformance` checks
+a backend against this contract; ``examples/store-plugin`` is a complete
+third-party plugin.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ class Capability(enum.StrEnum):
     DELETE = "delete"
     #: ``put(if_version=…, if_absent=…)`` and ``delete(if_version=…)`` are
     #: atomic compare-and-set, safe across processes sharing the backend.
+    #: Without it the sidecar checks preconditions itself under an in-process
+    #: lock, which is only safe while one sidecar uses the store.
     CONDITIONAL_PUT = "conditional_put"
 
 
@@ -73,7 +77,8 @@ class Store(abc.ABC):
     inline_reads: ClassVar[bool] = False
     #: Longest key the backend accepts, in UTF-8 bytes (``None``: no limit).
     #: The sidecar rejects longer keys with a clear error before calling.
-    max_key_bytes: ClassVar[int | None] = None
+    #: May be set per instance (e.g. S3 less the store's own key prefix).
+    max_key_bytes: int | None = None
 
     @abc.abstractmethod
     def get(self, key: str) -> Item | None:
@@ -93,7 +98,9 @@ class Store(abc.ABC):
         With ``if_absent`` the write happens only when ``key`` does not exist;
         with ``if_version`` only when the stored version equals it. Otherwise
         :class:`PreconditionFailed`. Preconditions are only passed to stores
-        declaring :attr:`Capability.CONDITIONAL_PUT`.
+        declaring :attr:`Capability.CONDITIONAL_PUT`; a store without it
+        raises :class:`NotImplementedError` if given one, never ignores it
+        (checked by :mod:`sidecar.testing.store_conformance`).
         """
 
     def delete(self, key: str, *, if_version: str | None = None) -> None:

@@ -48,6 +48,9 @@ class Storage:
         instance: str = "default",
         workers: int = 16,
     ) -> None:
+        if not instance or "/" in instance:
+            # Instance "a" would otherwise list every key of instance "a/b".
+            raise ValueError("instance must be a non-empty name without '/'")
         self.store = store
         self.namespace = f"{prefix.strip('/')}/{instance}/" if prefix.strip("/") else f"{instance}/"
         self.capabilities = store.capabilities
@@ -55,6 +58,7 @@ class Storage:
         self.can_delete = Capability.DELETE in store.capabilities
         self.can_cas = Capability.CONDITIONAL_PUT in store.capabilities
         self._pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="store")
+        self._locks = [asyncio.Lock() for _ in range(64)]
 
     @property
     def backend(self) -> str:
@@ -99,7 +103,9 @@ class Storage:
         metrics.STORE_ERRORS.labels(self.backend, op, kind).inc()
 
     async def get(self, key: str) -> Item | None:
-        full = self.full_key(key)
+        return await self._get_full(self.full_key(key))
+
+    async def _get_full(self, full: str) -> Item | None:
         if self.store.inline_reads:
             try:
                 item = self.store.get(full)
@@ -116,8 +122,11 @@ class Storage:
     ) -> str:
         """Write; with a precondition this raises :class:`Conflict` on a lost race."""
         full = self.full_key(key)
-        if (if_version is not None or if_absent) and not self.can_cas:
-            raise Unavailable(f"the {self.backend} store cannot do conditional writes")
+        if not self.can_cas:
+            async with self._stripe(full):
+                if if_version is not None or if_absent:
+                    await self._check_locally(full, if_version, if_absent)
+                return await self._call(self.store.put, full, value)
         if if_absent and not self.can_delete:
             # A tombstone counts as absent: compare against it instead.
             current = await self._call(self.store.get, full)
@@ -131,12 +140,34 @@ class Storage:
 
     async def delete(self, key: str, *, if_version: str | None = None) -> None:
         full = self.full_key(key)
+        if not self.can_cas:
+            async with self._stripe(full):
+                if if_version is not None:
+                    await self._check_locally(full, if_version, False)
+                await self._remove(full, None)
+            return
+        await self._remove(full, if_version)
+
+    async def _remove(self, full: str, if_version: str | None) -> None:
         if self.can_delete:
             await self._call(self.store.delete, full, if_version=if_version)
-        elif if_version is not None:
-            await self._call(self.store.put, full, TOMBSTONE, if_version=if_version)
         else:
-            await self._call(self.store.put, full, TOMBSTONE)
+            await self._call(self.store.put, full, TOMBSTONE, if_version=if_version)
+
+    # -- compare-and-set for stores without CONDITIONAL_PUT --------------------------
+    # Such a store is safe for one sidecar only: preconditions are checked and
+    # applied under an in-process lock, which other processes cannot see.
+    def _stripe(self, full: str) -> asyncio.Lock:
+        return self._locks[hash(full) % len(self._locks)]
+
+    async def _check_locally(self, full: str, if_version: str | None, if_absent: bool) -> None:
+        current = await self._call(self.store.get, full)
+        if current is not None and not self.can_delete and current.value == TOMBSTONE:
+            current = None
+        if if_absent and current is not None:
+            raise Conflict("the record already exists")
+        if if_version is not None and (current is None or current.version != if_version):
+            raise Conflict("the record changed since it was read; re-read and retry")
 
     async def list(self, prefix: str, *, start_after: str = "", limit: int | None = None) -> list[str]:
         """Relative keys under ``prefix``. Only on stores with LIST: callers
@@ -145,13 +176,22 @@ class Storage:
         if not self.can_list:
             raise RuntimeError("store does not declare LIST; use a KeyIndex")
         n = len(self.namespace)
-        keys = await self._call(
-            self.store.list,
-            self.namespace + prefix,
-            start_after=self.namespace + start_after if start_after else "",
-            limit=limit,
-        )
-        return [k[n:] for k in keys]
+        after = self.namespace + start_after if start_after else ""
+        out: list[str] = []
+        while limit is None or len(out) < limit:
+            want = None if limit is None else limit - len(out)
+            keys = await self._call(
+                self.store.list, self.namespace + prefix, start_after=after, limit=want
+            )
+            if self.can_delete:
+                return [k[n:] for k in keys]
+            # Deleted keys are tombstones here: read each and leave those out.
+            items = await asyncio.gather(*(self._get_full(k) for k in keys))
+            out.extend(k[n:] for k, item in zip(keys, items, strict=True) if item is not None)
+            if want is None or len(keys) < want:
+                break
+            after = keys[-1]
+        return out
 
     async def run(self, fn: Callable[..., T], *args) -> T:
         """Run a blocking callable in the store's worker pool."""

@@ -1,0 +1,42 @@
+"""ctxd store plugin: ``dir://PATH`` keeps one file per key under PATH.
+
+ctxd finds this module through the ``ctxd.stores`` entry point (see
+pyproject.toml) and calls the two hook implementations below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from urllib.parse import unquote, urlsplit
+
+from ctxd_dirstore.store import DirStore
+from sidecar.hookspecs import hookimpl
+
+__all__ = ["DirStore", "ctxd_open_store", "ctxd_store_schemes"]
+
+_OPTIONS = {"locking"}
+
+
+@hookimpl
+def ctxd_store_schemes() -> list[str]:
+    """The URI schemes this plugin serves (shown by ``ctxd plugins``)."""
+    return ["dir"]
+
+
+@hookimpl
+def ctxd_open_store(scheme: str, uri: str, options: Mapping[str, str]) -> DirStore | None:
+    """Open ``dir://PATH[?locking=false]``; ``None`` lets other plugins answer."""
+    if scheme != "dir":
+        return None
+    parts = urlsplit(uri)
+    path = unquote(parts.netloc + parts.path)
+    if not path:
+        # ValueError messages are shown to the operator as they are.
+        raise ValueError("dir store URI needs a path, e.g. dir:///var/lib/ctxd")
+    unknown = sorted(set(options) - _OPTIONS)
+    if unknown:
+        raise ValueError(f"dir store: unknown option(s) {', '.join(unknown)}; known: locking")
+    locking = options.get("locking", "true").lower()
+    if locking not in {"true", "false"}:
+        raise ValueError(f"dir store option locking={locking!r} must be true or false")
+    return DirStore(path, locking=locking == "true")
