@@ -52,9 +52,17 @@ def ctxd_open_store(scheme: str, uri: str, options: Mapping[str, str]) -> Store 
 
 @hookspec
 def ctxd_summarisers(config: Any) -> list[Any]:
-    """Return summariser objects this plugin offers for compaction.
+    """Return the summarisers this plugin offers for compaction (may be empty).
 
-    Each has a ``name`` attribute and an async ``summarise(request)`` method
-    (see :mod:`sidecar.core.compaction`). Called once at start-up on every
-    plugin; later plugins do not override earlier names.
+    :param config: the sidecar's :class:`sidecar.config.Config`; a plugin
+        reads its settings from it (e.g. ``config.compaction``).
+    :return: objects with ``name``, ``window_tokens`` (``int`` or ``None``),
+        ``max_output_tokens`` and ``async summarise(request) -> Summary | str``,
+        optionally ``uses_excerpt`` and ``async aclose()``; the contract is
+        :class:`sidecar.core.compaction.Summariser`. Raise ``ValueError`` with
+        an operator-facing message for a bad setting.
+
+    Called once at start-up on every plugin (see
+    :func:`sidecar.plugins.summarisers`); built-ins come first and a later
+    plugin does not take over a name already offered.
     """

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import pluggy
@@ -20,6 +21,8 @@ DEFAULT_PLUGINS = (
     "plugins.lmdb_store",
     "plugins.s3_store",
     "plugins.memory_store",
+    "plugins.extractive_summariser",
+    "plugins.openai_summariser",
 )
 
 
@@ -31,7 +34,25 @@ def plugin_manager() -> pluggy.PluginManager:
         pm.register(importlib.import_module(name), name=name)
     pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
     pm.check_pending()
+    _warn_on_shared_schemes(pm)
     return pm
+
+
+def _warn_on_shared_schemes(pm: pluggy.PluginManager) -> None:
+    """Two plugins claiming one scheme is legal (the later-registered one
+    answers first, so an installed plugin can replace a built-in) but should
+    never happen by accident."""
+    owners: dict[str, list[str]] = {}
+    for name, plugin in pm.list_name_plugin():
+        hook = getattr(plugin, "ctxd_store_schemes", None)
+        for scheme in hook() if callable(hook) else ():
+            owners.setdefault(scheme, []).append(name)
+    for scheme, names in owners.items():
+        if len(names) > 1:
+            log.warning(
+                "store scheme served by several plugins; the last registered answers first",
+                extra={"scheme": scheme, "plugins": names},
+            )
 
 
 def available_schemes(pm: pluggy.PluginManager) -> list[str]:
@@ -55,3 +76,24 @@ def open_store(uri: str, pm: pluggy.PluginManager | None = None) -> Store:
         raise ValueError(f"no store plugin serves scheme {scheme!r} (installed: {known})")
     log.info("store opened", extra={"store": store.describe()})
     return store
+
+
+def summarisers(config: Any, pm: pluggy.PluginManager | None = None) -> dict[str, Any]:
+    """The summarisers plugins offer for ``config``, by name.
+
+    Plugins are asked in registration order (built-ins first); a name already
+    offered is not taken over by a later plugin (a warning is logged).
+    """
+    pm = pm or plugin_manager()
+    out: dict[str, Any] = {}
+    # pluggy calls the most recently registered plugin first.
+    for offered in reversed(pm.hook.ctxd_summarisers(config=config)):
+        for summariser in offered or ():
+            name = getattr(summariser, "name", "")
+            if not name or not callable(getattr(summariser, "summarise", None)):
+                log.warning("ignoring a summariser without name or summarise()")
+            elif name in out:
+                log.warning("summariser name already taken", extra={"summariser": name})
+            else:
+                out[name] = summariser
+    return out

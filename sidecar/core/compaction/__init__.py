@@ -1,0 +1,82 @@
+"""Compaction: folding the older part of a transcript into a structured summary.
+
+Pure domain code (no gRPC, no storage). The contexts record calls it:
+
+* :func:`plan_cut` — where to cut (``Cut`` or ``Decline`` with a reason);
+* :func:`build_system_prompt`, :func:`build_excerpt`, :data:`ANSWER_SCHEMA_JSON`
+  — what ``PlanCompaction`` hands a runtime;
+* :func:`parse_answer`, :func:`merge` — reading an answer and merging it
+  into the stored :class:`Summary`;
+* :func:`skills_to_evict` — loaded skills the kept window no longer needs;
+* :func:`summarise` — running a summariser plugin (``Compact`` and the
+  automatic trigger), in several passes when its window needs them;
+* :class:`Backoff` — when the automatic trigger may try again.
+
+Messages are read through :class:`MessageView` (see :mod:`.view`).
+"""
+
+from sidecar.core.compaction.backoff import Backoff, BackoffPolicy, BackoffStatus
+from sidecar.core.compaction.cut import DEFAULT_KEEP_LAST, Cut, Decline, plan_cut
+from sidecar.core.compaction.errors import MalformedAnswer, SummariserError
+from sidecar.core.compaction.excerpt import (
+    ANSWER_SCHEMA,
+    ANSWER_SCHEMA_JSON,
+    CLIP_CHARS,
+    SYSTEM_PROMPT,
+    build_excerpt,
+    build_system_prompt,
+    clip,
+    render_message,
+)
+from sidecar.core.compaction.skills import skill_references, skills_to_evict
+from sidecar.core.compaction.summarise import (
+    Summariser,
+    SummariseResult,
+    SummaryRequest,
+    summarise,
+)
+from sidecar.core.compaction.summary import DEFAULT_CAP, Summary, merge, parse_answer
+from sidecar.core.compaction.view import (
+    MessageData,
+    MessageView,
+    ToolCallData,
+    ToolCallView,
+    estimate_message_tokens,
+    estimate_text_tokens,
+)
+
+__all__ = [
+    "ANSWER_SCHEMA",
+    "ANSWER_SCHEMA_JSON",
+    "CLIP_CHARS",
+    "DEFAULT_CAP",
+    "DEFAULT_KEEP_LAST",
+    "SYSTEM_PROMPT",
+    "Backoff",
+    "BackoffPolicy",
+    "BackoffStatus",
+    "Cut",
+    "Decline",
+    "MalformedAnswer",
+    "MessageData",
+    "MessageView",
+    "SummariseResult",
+    "Summariser",
+    "SummariserError",
+    "Summary",
+    "SummaryRequest",
+    "ToolCallData",
+    "ToolCallView",
+    "build_excerpt",
+    "build_system_prompt",
+    "clip",
+    "estimate_message_tokens",
+    "estimate_text_tokens",
+    "merge",
+    "parse_answer",
+    "plan_cut",
+    "render_message",
+    "skill_references",
+    "skills_to_evict",
+    "summarise",
+]
