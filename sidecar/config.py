@@ -30,13 +30,15 @@ from typing import Any
 class MemoryConfig:
     #: Largest value, in bytes of JSON text (a value exactly this size is accepted).
     max_value_bytes: int = 64 * 1024
-    #: Most live keys per instance.
+    #: Most keys per instance (expired records count until swept; a write
+    #: that would exceed a cap sweeps them first).
     max_keys: int = 10_000
-    #: Most bytes of values per instance.
+    #: Most bytes of values (JSON text) per instance.
     max_total_bytes: int = 64 * 1024 * 1024
-    #: Deepest JSON nesting accepted in a value.
+    #: Deepest JSON nesting accepted in a value (arrays and objects).
     max_depth: int = 64
-    #: Seconds between sweeps of expired records (0 disables the sweeper).
+    #: Seconds between sweeps of expired records (0 disables the sweeper;
+    #: expired records are never returned either way).
     sweep_interval: float = 60.0
     #: Route memory operations to an MCP server's tools instead of the store:
     #: a command line (stdio) or an http(s) URL; empty keeps the store.
@@ -45,7 +47,8 @@ class MemoryConfig:
     #: commas (operations get, set, delete, list); unnamed ones default to
     #: memory_get, memory_set, memory_delete, memory_list.
     mcp_tools: str = ""
-    #: Seconds to wait for the MCP memory server to start or answer one call.
+    #: Seconds to wait for the MCP memory server to answer one call (it gets
+    #: at least 60 s to start).
     mcp_timeout: float = 10.0
 
 
@@ -78,7 +81,7 @@ class ContextsConfig:
     #: Idempotency keys remembered per context (older ones are forgotten).
     idempotency_keys: int = 256
     #: Seconds between sweeps for idle conversations (0 disables the sweep).
-    expire_interval: float = 600.0
+    expire_interval: float = 3600.0
 
     def validate(self) -> None:
         for name in (

@@ -1,17 +1,81 @@
-"""gRPC adapter for ``ctxd.v1.MemoryService`` over :mod:`sidecar.core.memory`."""
+"""gRPC adapter for ``ctxd.v1.MemoryService`` over :mod:`sidecar.core.memory`.
+
+Converts protobuf <-> domain objects and nothing else; validation, storage
+and errors live in the core (errors become statuses in the interceptor).
+"""
 
 from __future__ import annotations
 
-from sidecar.api.ctxd.v1 import memory_pb2_grpc
+from sidecar.api.ctxd.v1 import memory_pb2, memory_pb2_grpc
+from sidecar.config import Config
+from sidecar.core.memory import Memory, MemoryBackend, MemoryRecord, StoreMemory
+from sidecar.core.storage import Storage
+
+_Record = memory_pb2.MemoryRecord
+_GetResponse = memory_pb2.GetResponse
+_SetResponse = memory_pb2.SetResponse
+_DeleteResponse = memory_pb2.DeleteResponse
+_ListResponse = memory_pb2.ListResponse
+
+
+def _to_pb(rec: MemoryRecord) -> memory_pb2.MemoryRecord:
+    return _Record(
+        key=rec.key,
+        value_json=rec.value_json or "",
+        version=rec.version,
+        updated_ms=rec.updated_ms,
+        expires_at_ms=rec.expires_at_ms,
+        by=rec.by,
+    )
 
 
 class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
-    def __init__(self, config, storage, pm) -> None:
+    def __init__(self, config: Config, storage: Storage, pm) -> None:
         self.config = config
         self.storage = storage
+        backend: MemoryBackend
+        if config.memory.mcp_server:
+            from sidecar.core.memory_mcp import McpMemory
+
+            backend = McpMemory(config.memory)
+        else:
+            backend = StoreMemory(config.memory, storage)
+        #: The domain core (tests reach the backend's clock and sweeper through it).
+        self.core = Memory(config.memory, backend)
 
     async def start(self) -> None:
-        """Start background work (the expiry sweeper)."""
+        """Start background work (the expiry sweeper, the MCP connection)."""
+        await self.core.start()
 
     async def stop(self) -> None:
         """Stop background work."""
+        await self.core.stop()
+
+    async def Get(self, request, context):  # noqa: N802 - gRPC method name
+        return _GetResponse(record=_to_pb(await self.core.get(request.key)))
+
+    async def Set(self, request, context):  # noqa: N802
+        rec = await self.core.set(
+            request.key,
+            request.value_json,
+            ttl_seconds=request.ttl_seconds,
+            expected_version=request.expected_version,
+            create_only=request.create_only,
+            by=request.by,
+        )
+        return _SetResponse(record=_to_pb(rec))
+
+    async def Delete(self, request, context):  # noqa: N802
+        deleted = await self.core.delete(request.key, expected_version=request.expected_version)
+        return _DeleteResponse(deleted=deleted)
+
+    async def List(self, request, context):  # noqa: N802
+        page = await self.core.list(
+            request.prefix,
+            limit=request.limit,
+            page_token=request.page_token,
+            include_values=request.include_values,
+        )
+        return _ListResponse(
+            records=[_to_pb(r) for r in page.records], next_page_token=page.next_page_token
+        )
