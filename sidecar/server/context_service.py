@@ -1,17 +1,276 @@
-"""gRPC adapter for ``ctxd.v1.ContextService`` over :mod:`sidecar.core.contexts`."""
+"""gRPC adapter for ``ctxd.v1.ContextService`` over :mod:`sidecar.core.contexts`.
+
+Converts protobuf to domain objects and back; every rule lives in the
+domain (:class:`sidecar.core.contexts.ContextService`).
+"""
 
 from __future__ import annotations
 
-from sidecar.api.ctxd.v1 import context_pb2_grpc
+from sidecar.api.ctxd.v1 import context_pb2, context_pb2_grpc
+from sidecar.core.contexts import ContextService, TurnRequest
+from sidecar.core.contexts.model import (
+    ASSISTANT,
+    CONVERSATION,
+    NOTE,
+    ROOT,
+    SYSTEM,
+    TOOL,
+    USER,
+    ContextInfo,
+    ContextState,
+    Msg,
+    ToolCall,
+)
+from sidecar.core.errors import InvalidArgument
+
+pb = context_pb2
+
+_KIND_TO_PB = {ROOT: pb.CONTEXT_KIND_ROOT, CONVERSATION: pb.CONTEXT_KIND_CONVERSATION}
+_KIND_FROM_PB = {
+    pb.CONTEXT_KIND_UNSPECIFIED: "",
+    pb.CONTEXT_KIND_ROOT: ROOT,
+    pb.CONTEXT_KIND_CONVERSATION: CONVERSATION,
+}
+
+
+# -- messages ----------------------------------------------------------------------------
+def msg_from_pb(m: pb.Message) -> Msg:
+    """A request message as a domain message (kind "" when none is set; the
+    domain rejects it with the field named)."""
+    kind = m.WhichOneof("kind")
+    ts = m.ts_ms
+    if kind == "user":
+        return Msg(USER, text=m.user.text, principal=m.user.principal, ts=ts)
+    if kind == "assistant":
+        calls = tuple(ToolCall(c.id, c.name, c.arguments_json) for c in m.assistant.tool_calls)
+        return Msg(ASSISTANT, text=m.assistant.text, tool_calls=calls, ts=ts)
+    if kind == "tool":
+        t = m.tool
+        is_json = t.WhichOneof("content") == "json"
+        return Msg(
+            TOOL,
+            call_id=t.call_id,
+            name=t.name,
+            content=t.json if is_json else t.text,
+            content_json=is_json,
+            is_error=t.is_error,
+            ts=ts,
+        )
+    if kind == "system":
+        return Msg(SYSTEM, text=m.system.text, ts=ts)
+    if kind == "note":
+        return Msg(NOTE, text=m.note.text, ts=ts)
+    return Msg("", ts=ts)
+
+
+def fill_msg_pb(out: pb.Message, m: Msg) -> None:
+    """Write ``m`` into ``out`` (e.g. ``resp.slice.add()``): building in place
+    is several times faster than constructing and copying for long transcripts."""
+    out.id = m.id
+    out.ts_ms = m.ts
+    kind = m.kind
+    if kind == USER:
+        body = out.user
+        body.SetInParent()
+        body.text = m.text
+        if m.principal:
+            body.principal = m.principal
+    elif kind == ASSISTANT:
+        body = out.assistant
+        body.SetInParent()
+        body.text = m.text
+        if m.tool_calls:
+            add = body.tool_calls.add
+            for c in m.tool_calls:
+                add(id=c.id, name=c.name, arguments_json=c.arguments_json)
+    elif kind == TOOL:
+        body = out.tool
+        body.call_id = m.call_id
+        body.name = m.name
+        if m.content_json:
+            body.json = m.content
+        else:
+            body.text = m.content
+        body.is_error = m.is_error
+    elif kind == SYSTEM:
+        out.system.SetInParent()
+        out.system.text = m.text
+    else:
+        out.note.SetInParent()
+        out.note.text = m.text
+
+
+def msg_to_pb(m: Msg) -> pb.Message:
+    out = pb.Message()
+    fill_msg_pb(out, m)
+    return out
+
+
+# -- record parts --------------------------------------------------------------------------
+def info_to_pb(i: ContextInfo) -> pb.ContextInfo:
+    return pb.ContextInfo(
+        id=i.id,
+        kind=_KIND_TO_PB.get(i.kind, pb.CONTEXT_KIND_UNSPECIFIED),
+        version=i.version,
+        turns=i.turns,
+        est_tokens=i.est_tokens,
+        updated_ms=i.updated,
+        created_ms=i.created,
+        message_count=i.message_count,
+        model_window=i.model_window,
+        archived=i.archived,
+    )
+
+
+def summary_to_pb(s) -> pb.Summary:
+    return pb.Summary(
+        goals=s.goals,
+        decisions=s.decisions,
+        open=s.open,
+        facts=s.facts,
+        narrative=s.narrative,
+        covers_messages=s.covers_messages,
+        updated_ms=s.updated_ms,
+    )
+
+
+def plan_to_pb(p) -> pb.Plan:
+    items = []
+    for item in p.items:
+        bound = None
+        if item.bound is not None:
+            bound = pb.PlanBinding(
+                kind=pb.BindingKind.Value(f"BINDING_KIND_{str(item.bound.kind).upper()}"),
+                id=item.bound.id,
+            )
+        items.append(
+            pb.PlanItem(
+                id=item.id,
+                title=item.title,
+                detail=item.detail,
+                status=pb.PlanItemStatus.Value(f"PLAN_ITEM_STATUS_{str(item.status).upper()}"),
+                note=item.note,
+                bound=bound,
+            )
+        )
+    return pb.Plan(goal=p.goal, items=items, updated_ms=p.updated_ms)
+
+
+def fill_context_pb(out: pb.Context, st: ContextState) -> None:
+    out.MergeFrom(context_meta_pb(st))
+    add = out.messages.add
+    for m in st.messages:
+        fill_msg_pb(add(), m)
+
+
+def context_meta_pb(st: ContextState) -> pb.Context:
+    """The record without its messages."""
+    return pb.Context(
+        id=st.id,
+        kind=_KIND_TO_PB.get(st.kind, pb.CONTEXT_KIND_UNSPECIFIED),
+        version=st.version,
+        summary=summary_to_pb(st.summary),
+        skills=[pb.SkillRef(name=s.name, hash=s.hash) for s in st.skills],
+        plan=plan_to_pb(st.plan) if st.plan is not None else None,
+        preflight_json=st.preflight,
+        est_tokens=st.est_tokens,
+        model_window=st.model_window,
+        principal=st.principal,
+        task=st.task,
+        turns=st.turns,
+        created_ms=st.created,
+        updated_ms=st.updated,
+        model=st.model,
+    )
+
+
+def fill_slice_pb(out, st: ContextState) -> None:
+    """Summary block, plan block (system messages), then the transcript,
+    appended to the repeated field ``out``."""
+    summary = st.summary.render()
+    if summary:
+        out.add(id="summary", ts_ms=st.summary.updated_ms, system=pb.SystemMessage(text=summary))
+    if st.plan is not None:
+        out.add(id="plan", ts_ms=st.plan.updated_ms, system=pb.SystemMessage(text=st.plan.render()))
+    add = out.add
+    for m in st.messages:
+        fill_msg_pb(add(), m)
 
 
 class ContextServicer(context_pb2_grpc.ContextServiceServicer):
     def __init__(self, config, storage, pm) -> None:
         self.config = config
         self.storage = storage
+        self.service = ContextService(config.contexts, storage)
 
     async def start(self) -> None:
-        """Start background work (idle-conversation expiry)."""
+        """Start background work (idle-conversation expiry, resumed deletions)."""
+        await self.service.start()
 
     async def stop(self) -> None:
-        """Stop background work and flush pending state."""
+        """Checkpoint resident contexts and finish background work."""
+        await self.service.stop()
+
+    async def AppendTurn(self, request: pb.AppendTurnRequest, context) -> pb.AppendTurnResponse:
+        result = await self.service.append_turn(
+            TurnRequest(
+                context_id=request.context_id,
+                messages=[msg_from_pb(m) for m in request.messages],
+                expected_version=request.expected_version
+                if request.HasField("expected_version")
+                else None,
+                idempotency_key=request.idempotency_key,
+                principal=request.principal,
+                model_window=request.model_window,
+                model=request.model,
+                task=request.task,
+            )
+        )
+        return pb.AppendTurnResponse(
+            version=result.version,
+            est_tokens=result.est_tokens,
+            compaction_due=result.compaction_due,
+            message_ids=result.message_ids,
+            replayed=result.replayed,
+        )
+
+    async def GetContext(self, request: pb.GetContextRequest, context) -> pb.GetContextResponse:
+        st = await self.service.get(request.context_id)
+        # Converted without awaiting, so the record cannot change underneath.
+        resp = pb.GetContextResponse(info=info_to_pb(st.info()))
+        view = request.view
+        if view in (pb.CONTEXT_VIEW_UNSPECIFIED, pb.CONTEXT_VIEW_FULL):
+            fill_context_pb(resp.context, st)
+        elif view == pb.CONTEXT_VIEW_SLICE:
+            fill_slice_pb(resp.slice, st)
+        elif view != pb.CONTEXT_VIEW_INFO:
+            raise InvalidArgument("view", f"unknown view {view}")
+        return resp
+
+    async def ListContexts(
+        self, request: pb.ListContextsRequest, context
+    ) -> pb.ListContextsResponse:
+        kind = _KIND_FROM_PB.get(request.kind)
+        if kind is None:
+            raise InvalidArgument("kind", f"unknown context kind {request.kind}")
+        infos, token = await self.service.list_contexts(
+            request.page_size, request.page_token, kind, request.include_archived
+        )
+        return pb.ListContextsResponse(
+            contexts=[info_to_pb(i) for i in infos], next_page_token=token
+        )
+
+    async def DeleteContext(
+        self, request: pb.DeleteContextRequest, context
+    ) -> pb.DeleteContextResponse:
+        deleted = await self.service.delete(
+            request.context_id,
+            request.expected_version if request.HasField("expected_version") else None,
+        )
+        return pb.DeleteContextResponse(deleted=deleted)
+
+    async def RecordUsage(self, request: pb.RecordUsageRequest, context) -> pb.RecordUsageResponse:
+        est, ratio = await self.service.record_usage(
+            request.context_id, request.input_tokens, request.output_tokens, request.model
+        )
+        return pb.RecordUsageResponse(est_tokens=est, calibration=ratio)

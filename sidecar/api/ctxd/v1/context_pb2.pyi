@@ -250,7 +250,7 @@ class Context(_message.Message):
     def __init__(self, id: _Optional[str] = ..., kind: _Optional[_Union[ContextKind, str]] = ..., version: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., summary: _Optional[_Union[Summary, _Mapping]] = ..., skills: _Optional[_Iterable[_Union[SkillRef, _Mapping]]] = ..., plan: _Optional[_Union[Plan, _Mapping]] = ..., preflight_json: _Optional[str] = ..., est_tokens: _Optional[int] = ..., model_window: _Optional[int] = ..., principal: _Optional[str] = ..., task: _Optional[str] = ..., turns: _Optional[int] = ..., created_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ..., model: _Optional[str] = ...) -> None: ...
 
 class ContextInfo(_message.Message):
-    __slots__ = ("id", "kind", "version", "turns", "est_tokens", "updated_ms", "created_ms", "message_count", "model_window")
+    __slots__ = ("id", "kind", "version", "turns", "est_tokens", "updated_ms", "created_ms", "message_count", "model_window", "archived")
     ID_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -260,6 +260,7 @@ class ContextInfo(_message.Message):
     CREATED_MS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
     MODEL_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    ARCHIVED_FIELD_NUMBER: _ClassVar[int]
     id: str
     kind: ContextKind
     version: int
@@ -269,7 +270,8 @@ class ContextInfo(_message.Message):
     created_ms: int
     message_count: int
     model_window: int
-    def __init__(self, id: _Optional[str] = ..., kind: _Optional[_Union[ContextKind, str]] = ..., version: _Optional[int] = ..., turns: _Optional[int] = ..., est_tokens: _Optional[int] = ..., updated_ms: _Optional[int] = ..., created_ms: _Optional[int] = ..., message_count: _Optional[int] = ..., model_window: _Optional[int] = ...) -> None: ...
+    archived: bool
+    def __init__(self, id: _Optional[str] = ..., kind: _Optional[_Union[ContextKind, str]] = ..., version: _Optional[int] = ..., turns: _Optional[int] = ..., est_tokens: _Optional[int] = ..., updated_ms: _Optional[int] = ..., created_ms: _Optional[int] = ..., message_count: _Optional[int] = ..., model_window: _Optional[int] = ..., archived: _Optional[bool] = ...) -> None: ...
 
 class GetContextRequest(_message.Message):
     __slots__ = ("context_id", "view")
@@ -290,14 +292,16 @@ class GetContextResponse(_message.Message):
     def __init__(self, info: _Optional[_Union[ContextInfo, _Mapping]] = ..., context: _Optional[_Union[Context, _Mapping]] = ..., slice: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
 
 class ListContextsRequest(_message.Message):
-    __slots__ = ("page_size", "page_token", "kind")
+    __slots__ = ("page_size", "page_token", "kind", "include_archived")
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_ARCHIVED_FIELD_NUMBER: _ClassVar[int]
     page_size: int
     page_token: str
     kind: ContextKind
-    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., kind: _Optional[_Union[ContextKind, str]] = ...) -> None: ...
+    include_archived: bool
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., kind: _Optional[_Union[ContextKind, str]] = ..., include_archived: _Optional[bool] = ...) -> None: ...
 
 class ListContextsResponse(_message.Message):
     __slots__ = ("contexts", "next_page_token")

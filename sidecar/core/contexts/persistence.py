@@ -1,0 +1,352 @@
+"""The durable layout of contexts (see the package docstring for the why).
+
+Keys, relative to the instance namespace (``<id>`` is the context id,
+``<gen>`` the incarnation, numbers zero-padded to 12 digits)::
+
+    contexts/<id>                      head: all non-message state at version V
+    context-log/<id>/<gen>/<version>   one record per versioned change
+    context-seg/<id>/<gen>/<first>.<v> sealed messages first..last (written at v)
+    context-trash/<id>~<gen>           a deletion in progress (resumed on start)
+
+:class:`ContextStore` reads and writes them; it holds no state of its own
+beyond the storage handle and never decides *when* to write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeVar
+
+from sidecar.core.contexts.model import ContextState, Msg, SegmentRef
+from sidecar.core.contexts.ops import COUNTER_ONLY_OPS, SEALED, DamagedRecord, apply_record
+from sidecar.core.errors import Conflict, NotFound, Unavailable
+from sidecar.core.storage import Storage
+from sidecar.store import Item
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+HEADS = "contexts"
+LOGS = "context-log"
+SEGMENTS = "context-seg"
+TRASH = "context-trash"
+
+#: Log records read ahead at once while replaying a tail on remote stores.
+TAIL_BATCH = 8
+#: Segments (or deletions) in flight at once on remote stores.
+IO_CONCURRENCY = 8
+#: Attempts at a consistent restore while another writer keeps moving the head.
+RESTORE_ATTEMPTS = 5
+
+_SEALED_MARKER = json.dumps({"op": SEALED}).encode()
+
+
+def encode(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def decode(raw: bytes, what: str) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise Damaged(f"{what} is not valid JSON") from None
+
+
+class Damaged(Unavailable):
+    """A stored record of a context cannot be read back. Logged with detail;
+    the caller sees UNAVAILABLE (nothing it sent is at fault)."""
+
+
+class HeadMoved(Exception):
+    """A log record was already sealed: a newer head exists. Re-read it."""
+
+
+def head_key(cid: str) -> str:
+    return f"{HEADS}/{cid}"
+
+
+def log_prefix(cid: str, gen: str) -> str:
+    return f"{LOGS}/{cid}/{gen}/"
+
+
+def log_key(cid: str, gen: str, version: int) -> str:
+    return f"{LOGS}/{cid}/{gen}/{version:012d}"
+
+
+def seg_prefix(cid: str, gen: str) -> str:
+    return f"{SEGMENTS}/{cid}/{gen}/"
+
+
+def seg_key(cid: str, gen: str, seg: SegmentRef) -> str:
+    return f"{SEGMENTS}/{cid}/{gen}/{seg.first:012d}.{seg.version:012d}"
+
+
+def trash_name(cid: str, gen: str) -> str:
+    return f"{cid}~{gen}"
+
+
+class ContextStore:
+    """Reads and writes one context's keys."""
+
+    def __init__(self, storage: Storage, *, idem_cap: int) -> None:
+        self.storage = storage
+        self.idem_cap = idem_cap
+        self.remote = not storage.store.inline_reads
+
+    # -- helpers -------------------------------------------------------------------
+    async def _bounded(self, jobs: Iterable[Callable[[], Awaitable[T]]]) -> list[T]:
+        jobs = list(jobs)
+        if not self.remote:
+            return [await job() for job in jobs]
+        sem = asyncio.Semaphore(IO_CONCURRENCY)
+
+        async def one(job):
+            async with sem:
+                return await job()
+
+        return list(await asyncio.gather(*(one(j) for j in jobs)))
+
+    # -- head ------------------------------------------------------------------------
+    async def read_head(self, cid: str) -> tuple[dict[str, Any], str] | None:
+        item = await self.storage.get(head_key(cid))
+        if item is None:
+            return None
+        return self.parse_head(cid, item), item.version
+
+    def parse_head(self, cid: str, item: Item) -> dict[str, Any]:
+        head = decode(item.value, f"head of context {cid}")
+        if not isinstance(head, dict) or head.get("format") != 1 or head.get("id") != cid:
+            raise Damaged(f"head of context {cid} has an unknown format")
+        return head
+
+    async def create_head(self, st: ContextState) -> None:
+        """Write the head of a new context (version 0); Conflict if one exists."""
+        body = encode(st.head_dict([], 0, []))
+        st.head_etag = await self.storage.put(head_key(st.id), body, if_absent=True)
+        st.head_version = st.version
+
+    # -- log -------------------------------------------------------------------------
+    async def write_log(self, st: ContextState, rec: dict[str, Any]) -> None:
+        """Create the record of version ``rec["v"]``. This create-only write is
+        where concurrent writers are serialised: Conflict means another
+        writer already made that version."""
+        await self.storage.put(log_key(st.id, st.gen, rec["v"]), encode(rec), if_absent=True)
+
+    async def read_tail(self, cid: str, gen: str, after: int) -> list[dict[str, Any]]:
+        """Log records after version ``after``, in order, up to the first gap.
+        Raises :class:`HeadMoved` on a sealed record."""
+        out: list[dict[str, Any]] = []
+        v = after + 1
+        batch = 1  # usually the tail is empty: one read says so
+        while True:
+            items = await asyncio.gather(
+                *(self.storage.get(log_key(cid, gen, v + i)) for i in range(batch))
+            )
+            for item in items:
+                if item is None:
+                    return out
+                rec = decode(item.value, f"log record {v} of context {cid}")
+                if rec.get("op") == SEALED:
+                    raise HeadMoved()
+                if rec.get("v") != v:
+                    raise Damaged(f"log record {v} of context {cid} says version {rec.get('v')}")
+                out.append(rec)
+                v += 1
+            batch = min(max(batch * 2, TAIL_BATCH), 64) if self.remote else 1
+
+    # -- restore ----------------------------------------------------------------------
+    async def restore(
+        self, cid: str, *, loaded: bool = True, head: tuple | None = None
+    ) -> ContextState | None:
+        """The context as of its latest durable record, or None if it has no head.
+
+        With ``loaded=False`` only the head and the log tail are read (enough
+        for listing); :class:`NeedsFullRestore` if the tail holds an op that
+        needs the messages.
+        """
+        seen: str | None = None
+        for _ in range(RESTORE_ATTEMPTS):
+            if head is None:
+                head = await self.read_head(cid)
+            if head is None:
+                return None
+            doc, etag = head
+            head = None
+            if etag == seen:
+                # A record the head relies on is missing, yet no newer head exists.
+                log.error("context head names records that are missing", extra={"context": cid})
+                raise Damaged(f"context {cid} cannot be restored; see the sidecar log")
+            st = ContextState.from_head(doc, idem_cap=self.idem_cap)
+            st.head_etag = etag
+            st.loaded = loaded
+            try:
+                if loaded:
+                    tail_task = asyncio.ensure_future(self.read_tail(cid, st.gen, st.version))
+                    try:
+                        segments = await self._bounded(
+                            (lambda s=s, st=st: self._read_segment(st, s)) for s in st.segments
+                        )
+                    except BaseException:
+                        tail_task.cancel()
+                        raise
+                    tail = await tail_task
+                    for msgs in segments:
+                        st.load_sealed([m for m in msgs if m.seq >= st.live_from])
+                else:
+                    tail = await self.read_tail(cid, st.gen, st.version)
+                    if any(r.get("op") not in COUNTER_ONLY_OPS for r in tail):
+                        raise NeedsFullRestore()
+            except HeadMoved:
+                seen = etag
+                continue
+            try:
+                for rec in tail:
+                    apply_record(st, rec)
+            except DamagedRecord as exc:
+                log.error(
+                    "context record cannot be applied", extra={"context": cid, "error": str(exc)}
+                )
+                raise Damaged(f"context {cid} cannot be restored; see the sidecar log") from None
+            return st
+        raise Unavailable(f"context {cid} kept changing while it was restored; retry")
+
+    async def _read_segment(self, st: ContextState, seg: SegmentRef) -> list[Msg]:
+        item = await self.storage.get(seg_key(st.id, st.gen, seg))
+        if item is None:
+            # The head only names segments written before it, and segments
+            # are never deleted while a head names them: a newer head exists.
+            raise HeadMoved()
+        doc = decode(item.value, f"segment {seg.first} of context {st.id}")
+        msgs = [Msg.from_dict(d) for d in doc["msgs"]]
+        if len(msgs) != seg.count or msgs[0].seq != seg.first or msgs[-1].seq != seg.last:
+            raise Damaged(f"segment {seg.first} of context {st.id} does not match its head")
+        return msgs
+
+    # -- checkpoint -----------------------------------------------------------------------
+    async def checkpoint(self, st: ContextState) -> Cleanup | None:
+        """Seal the messages appended since the last checkpoint into a segment,
+        then write the head at the current version (conditional on the head
+        read or written last). Returns the clean-up the new head allows (log
+        records to seal, segments to delete), or None when there was nothing
+        to do.
+
+        Everything the head and segment hold is captured before the first
+        write, so turns may be committed meanwhile (they stay in the log).
+        Conflict: another writer replaced the head; the caller must restore.
+        """
+        version = st.version
+        if version == st.head_version and not st.dirty:
+            return None
+        pending: list[Msg] = []
+        if st.next_seq - 1 > st.sealed_through:
+            i = len(st.messages)
+            while i > 0 and st.messages[i - 1].seq > st.sealed_through:
+                i -= 1
+            pending = st.messages[i:]
+        keep = [s for s in st.segments if s.last >= st.live_from]
+        dropped = st.dropped + [s for s in st.segments if s.last < st.live_from]
+        sealed_through = st.sealed_through
+        segment = None
+        if pending:
+            segment = SegmentRef(pending[0].seq, pending[-1].seq, len(pending), version)
+            keep.append(segment)
+            sealed_through = segment.last
+        elif st.next_seq - 1 > sealed_through:
+            sealed_through = st.next_seq - 1  # appended and folded before sealing
+        head = encode(st.head_dict(keep, sealed_through, dropped))
+        pending_bytes = sum(m.size_bytes for m in pending)
+        st.dirty = False
+        try:
+            if segment is not None:
+                doc = {"id": st.id, "gen": st.gen, "msgs": [m.to_dict() for m in pending]}
+                await self.storage.put(seg_key(st.id, st.gen, segment), encode(doc))
+            etag = await self.storage.put(head_key(st.id), head, if_version=st.head_etag)
+        except BaseException:
+            st.dirty = True
+            raise
+        st.head_etag = etag
+        st.head_version = version
+        st.segments = keep
+        st.dropped = dropped
+        st.sealed_through = sealed_through
+        st.unsealed_bytes -= pending_bytes
+        return self.cleanup_for(st)
+
+    def cleanup_for(self, st: ContextState) -> Cleanup | None:
+        """What the stored head allows to clean up (after a checkpoint or a restore)."""
+        first = max(st.swept_through, st.sweep_queued) + 1
+        segments = [s for s in st.dropped if s not in st.drop_queued]
+        if first > st.head_version and not segments:
+            return None
+        st.sweep_queued = max(st.sweep_queued, st.head_version)
+        st.drop_queued.update(segments)
+        return Cleanup(st, first, st.head_version, segments)
+
+    async def seal_log(self, cid: str, gen: str, version: int) -> None:
+        """Overwrite a log record the head covers with the small sealed marker."""
+        await self.storage.put(log_key(cid, gen, version), _SEALED_MARKER)
+
+    async def delete_segment(self, cid: str, gen: str, seg: SegmentRef) -> None:
+        await self.storage.delete(seg_key(cid, gen, seg))
+
+    # -- deletion ---------------------------------------------------------------------------
+    async def keys_of(
+        self, cid: str, gen: str, last_version: int, segments: list[SegmentRef]
+    ) -> list[str]:
+        """Every log record and segment key of one incarnation."""
+        if self.storage.can_list:
+            return await self.storage.list(log_prefix(cid, gen)) + await self.storage.list(
+                seg_prefix(cid, gen)
+            )
+        keys = [log_key(cid, gen, v) for v in range(1, last_version + 1)]
+        return keys + [seg_key(cid, gen, s) for s in segments]
+
+
+class Cleanup:
+    """Work a head allows once written: seal log records ``first..last`` and
+    delete ``segments`` (no head names them any more)."""
+
+    __slots__ = ("state", "first", "last", "segments")
+
+    def __init__(self, state: ContextState, first: int, last: int, segments: list[SegmentRef]):
+        self.state = state
+        self.first = first
+        self.last = last
+        self.segments = segments
+
+    def done(self) -> None:
+        """Record the progress on the state; the next head carries it."""
+        st = self.state
+        if self.first <= st.swept_through + 1:
+            st.swept_through = max(st.swept_through, self.last)
+        st.dropped = [s for s in st.dropped if s not in self.segments]
+        st.drop_queued.difference_update(self.segments)
+
+
+class NeedsFullRestore(Exception):
+    """A listing peek met a log record it cannot apply without the messages."""
+
+
+def not_found(cid: str) -> NotFound:
+    return NotFound(f"context {cid!r} does not exist")
+
+
+__all__ = [
+    "Cleanup",
+    "Conflict",
+    "ContextStore",
+    "Damaged",
+    "HeadMoved",
+    "NeedsFullRestore",
+    "encode",
+    "decode",
+    "head_key",
+    "log_key",
+    "seg_key",
+    "trash_name",
+    "not_found",
+]

@@ -1,0 +1,141 @@
+"""Input checks for context operations.
+
+Every check raises :class:`sidecar.core.errors.InvalidArgument` naming the
+field at fault with its path in the request (``messages[2].tool.call_id``),
+and runs before anything is written, so bad input never reaches the store.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+
+from sidecar.core.contexts.model import ASSISTANT, KINDS, ROOT_ID, TOOL, Msg
+from sidecar.core.errors import InvalidArgument
+
+#: Context ids: "root" or an A2A contextId of 1-128 characters from
+#: ``[A-Za-z0-9._:-]``, starting with a letter or digit (so ids never collide
+#: with ctxd's reserved ``_`` names and are never ``.``/``..`` path segments).
+CONTEXT_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+MAX_IDEMPOTENCY_KEY = 128
+MAX_PRINCIPAL = 256
+MAX_TASK = 256
+MAX_MODEL_NAME = 256
+MAX_TOOL_CALLS = 128
+MAX_ID_CHARS = 256
+
+
+def context_id(value: str, field: str = "context_id") -> str:
+    if not value:
+        raise InvalidArgument(field, 'is required ("root" or an A2A contextId)')
+    if not CONTEXT_ID_RE.fullmatch(value):
+        raise InvalidArgument(
+            field,
+            "must be 1-128 characters of A-Z, a-z, 0-9, '.', '_', ':' or '-', "
+            "starting with a letter or digit",
+        )
+    return value
+
+
+def bounded(value: str, field: str, limit: int) -> str:
+    if len(value) > limit:
+        raise InvalidArgument(field, f"is {len(value)} characters; at most {limit} are allowed")
+    return value
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def json_text(text: str, field: str, *, allow_empty: bool = False) -> None:
+    """Strict JSON (no NaN/Infinity); a clear error naming ``field`` otherwise."""
+    if not text:
+        if allow_empty:
+            return
+        raise InvalidArgument(field, "is empty; expected JSON text")
+    try:
+        json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        raise InvalidArgument(field, "is nested too deeply") from None
+    except ValueError as exc:
+        raise InvalidArgument(field, f"is not valid JSON ({_short(exc)})") from None
+
+
+def _short(exc: ValueError) -> str:
+    msg = str(exc)
+    return msg if len(msg) <= 120 else msg[:117] + "..."
+
+
+def turn(
+    messages: Sequence[Msg],
+    *,
+    max_messages: int,
+    max_message_bytes: int,
+) -> None:
+    """Checks that need no context state: shape, kinds, sizes, JSON."""
+    if not messages:
+        raise InvalidArgument("messages", "a turn needs at least one message")
+    if len(messages) > max_messages:
+        raise InvalidArgument(
+            "messages",
+            f"has {len(messages)} messages; contexts.max_turn_messages allows {max_messages}",
+        )
+    seen_calls: set[str] = set()
+    for i, m in enumerate(messages):
+        where = f"messages[{i}]"
+        if m.kind not in KINDS:
+            raise InvalidArgument(
+                where, "has no kind; set one of system, user, assistant, tool or note"
+            )
+        if m.ts < 0:
+            raise InvalidArgument(f"{where}.ts_ms", "must not be negative")
+        size = m.size_bytes
+        if size > max_message_bytes:
+            raise InvalidArgument(
+                where,
+                f"is {size} bytes of text/JSON; contexts.max_message_bytes is {max_message_bytes}",
+            )
+        if m.kind == ASSISTANT:
+            if len(m.tool_calls) > MAX_TOOL_CALLS:
+                raise InvalidArgument(
+                    f"{where}.assistant.tool_calls", f"has more than {MAX_TOOL_CALLS} calls"
+                )
+            for j, call in enumerate(m.tool_calls):
+                cw = f"{where}.assistant.tool_calls[{j}]"
+                if not call.id:
+                    raise InvalidArgument(f"{cw}.id", "is required (the provider's call id)")
+                bounded(call.id, f"{cw}.id", MAX_ID_CHARS)
+                if call.id in seen_calls:
+                    raise InvalidArgument(f"{cw}.id", f"repeats call id {call.id!r} in this turn")
+                seen_calls.add(call.id)
+                if not call.name:
+                    raise InvalidArgument(f"{cw}.name", "is required (the tool's name)")
+                json_text(call.arguments_json, f"{cw}.arguments_json", allow_empty=True)
+        elif m.kind == TOOL:
+            if not m.call_id:
+                raise InvalidArgument(
+                    f"{where}.tool.call_id", "is required (the ToolCall.id answered)"
+                )
+            bounded(m.call_id, f"{where}.tool.call_id", MAX_ID_CHARS)
+            if m.content_json:
+                json_text(m.content, f"{where}.tool.json")
+        elif m.principal:
+            bounded(m.principal, f"{where}.user.principal", MAX_PRINCIPAL)
+
+
+def tool_results_answer_calls(messages: Sequence[Msg], known: set[str]) -> None:
+    """Every tool result names a call in the transcript or earlier in the turn."""
+    turn_calls: set[str] = set()
+    for i, m in enumerate(messages):
+        if m.kind == ASSISTANT:
+            turn_calls.update(c.id for c in m.tool_calls)
+        elif m.kind == TOOL and m.call_id not in known and m.call_id not in turn_calls:
+            raise InvalidArgument(
+                f"messages[{i}].tool.call_id",
+                f"{m.call_id!r} answers no tool call in the transcript or earlier in this turn",
+            )
+
+
+def is_root(cid: str) -> bool:
+    return cid == ROOT_ID
