@@ -13,6 +13,7 @@ import datetime as _dt
 import importlib
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from bench.harness import Context, Report, registered_groups, run_suites
@@ -22,6 +23,10 @@ SUITE_MODULES: tuple[str, ...] = (
     "bench.floor_grpc",
     "bench.floor_lmdb",
     "bench.floor_s3",
+    "bench.ctxd_memory",
+    "bench.ctxd_contexts",
+    "bench.ctxd_process",
+    "bench.peers",
 )
 
 DEFAULT_JSON = Path(__file__).resolve().with_name("results.json")
@@ -87,6 +92,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     ctx = Context(quick=args.quick, tmp_root=args.tmpdir)
     ok = run_suites(groups, ctx, report)
+    try:
+        from bench.compare import add_comparisons
+
+        add_comparisons(report)  # ratios across suites: ctxd / peers, growth, targets
+    except Exception as exc:  # noqa: BLE001 - keep the measured results
+        ok = False
+        report.failures.append(
+            {"suite": "compare", "error": repr(exc), "traceback": traceback.format_exc()}
+        )
     report.meta["duration_s"] = round(time.perf_counter() - t0, 2)
 
     print(report.table())

@@ -16,6 +16,12 @@ Adding a measurement::
 
 then list the module in ``bench.__main__.SUITE_MODULES``.
 
+A suite whose optional dependency is missing calls ``ctx.skip(what, reason)``
+and returns: the run stays green and the report lists the skip. Figures
+computed from other results of the same run (``report.add_ratio``) and
+pass/fail checks against stated targets (``report.add_check``) go in their
+own sections of the table and JSON, after all suites ran.
+
 Conventions:
 * latency results use unit ``"us"``; ``p50``/``p99`` are microseconds.
 * throughput results use unit ``"calls/s"``; ``p50`` holds the rate and
@@ -44,7 +50,9 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "Check",
     "Context",
+    "Derived",
     "Report",
     "Result",
     "Suite",
@@ -60,6 +68,7 @@ __all__ = [
 
 US = "us"
 CALLS_PER_S = "calls/s"
+RATIO = "x"
 
 
 # --------------------------------------------------------------------------
@@ -84,6 +93,42 @@ class Result:
     n: int
     extra: dict[str, Any] = field(default_factory=dict)
     ratio_to: str | None = None
+
+
+@dataclass
+class Derived:
+    """``numerator / denominator`` of two results of the same run, at p50 and p99.
+
+    ``p50``/``p99`` are ``None`` when a side is missing or the units differ;
+    ``note`` then says why, so the row prints as ``n/a`` instead of vanishing.
+    """
+
+    name: str
+    group: str
+    numerator: str
+    denominator: str
+    p50: float | None = None
+    p99: float | None = None
+    note: str = ""
+
+
+@dataclass
+class Check:
+    """A stated target evaluated on this run: ``value <op> limit``.
+
+    ``met`` is ``None`` (printed ``n/a``) when ``value`` could not be computed.
+    ``source`` names the result or derived row the value comes from.
+    """
+
+    name: str
+    description: str
+    source: str
+    value: float | None
+    op: str
+    limit: float
+    unit: str = ""
+    met: bool | None = None
+    note: str = ""
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -296,9 +341,14 @@ class Context:
     quick: bool = False
     tmp_root: str | None = None
     cleanup: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+    skips: list[dict[str, str]] = field(default_factory=list)
 
     def pick(self, full: Any, quick: Any) -> Any:
         return quick if self.quick else full
+
+    def skip(self, what: str, reason: str) -> None:
+        """Record that ``what`` was not measured and why (listed in the report)."""
+        self.skips.append({"what": what, "reason": reason})
 
     def tmpdir(self, prefix: str = "bench-") -> str:
         d = self.cleanup.enter_context(
@@ -369,6 +419,10 @@ def run_suites(
                         {"suite": sname, "error": repr(exc), "traceback": traceback.format_exc()}
                     )
                     log(f"[bench] {sname} FAILED: {exc!r}\n{traceback.format_exc()}")
+                while ctx.skips:
+                    skip = ctx.skips.pop(0)
+                    report.skipped.append({"suite": sname, **skip})
+                    log(f"[bench]   SKIPPED {skip['what']}: {skip['reason']}")
                 log(f"[bench] {sname} done in {time.perf_counter() - t0:.1f}s")
     return ok
 
@@ -410,6 +464,31 @@ def _fmt_num(v: float | None) -> str:
     return f"{v:.2f}"
 
 
+def _fmt_value(v: float) -> str:
+    return f"{v:.3g}" if abs(v) < 0.1 else _fmt_num(v)
+
+
+def _fmt_ratio(v: float | None) -> str:
+    if v is None:
+        return "n/a"
+    if v < 0.1:
+        return f"{v:.3g}x"
+    return f"{v:.2f}x"
+
+
+def _format_columns(header: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
+
+    def fmt(cols: list[str]) -> str:
+        cells = [
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(cols, widths, strict=True))
+        ]
+        return "  ".join(cells).rstrip()
+
+    return [fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows]
+
+
 def _environment() -> dict[str, Any]:
     env: dict[str, Any] = {
         "python": sys.version.split()[0],
@@ -440,8 +519,12 @@ class Report:
     def __init__(self, meta: dict[str, Any] | None = None) -> None:
         self.results: list[Result] = []
         self.failures: list[dict[str, str]] = []
+        self.skipped: list[dict[str, str]] = []
+        self.derived: list[Derived] = []
+        self.checks: list[Check] = []
         self.meta: dict[str, Any] = dict(meta or {})
         self._by_name: dict[str, Result] = {}
+        self._derived_by_name: dict[str, Derived] = {}
 
     def add(self, result: Result) -> Result:
         if result.name in self._by_name:
@@ -452,6 +535,73 @@ class Report:
 
     def get(self, name: str) -> Result | None:
         return self._by_name.get(name)
+
+    def get_derived(self, name: str) -> Derived | None:
+        return self._derived_by_name.get(name)
+
+    def add_ratio(
+        self,
+        name: str,
+        numerator: str,
+        denominator: str,
+        *,
+        group: str = "derived",
+        note: str = "",
+    ) -> Derived:
+        """Add the derived row ``numerator / denominator`` (p50 and p99) by result name.
+
+        A missing result or a unit mismatch gives an ``n/a`` row whose note
+        names the cause; ``note`` is kept (prefixed) otherwise.
+        """
+        if name in self._derived_by_name:
+            raise ValueError(f"duplicate derived name {name!r}")
+        num, den = self._by_name.get(numerator), self._by_name.get(denominator)
+        row = Derived(name=name, group=group, numerator=numerator, denominator=denominator)
+        if num is None or den is None:
+            missing = [n for n, r in ((numerator, num), (denominator, den)) if r is None]
+            row.note = "missing " + ", ".join(missing)
+        elif num.unit != den.unit:
+            row.note = f"unit mismatch ({num.unit} vs {den.unit})"
+        elif not den.p50:
+            row.note = f"{denominator} p50 is zero"
+        else:
+            row.p50 = num.p50 / den.p50
+            if num.p99 is not None and den.p99:
+                row.p99 = num.p99 / den.p99
+            row.note = note
+        self.derived.append(row)
+        self._derived_by_name[name] = row
+        return row
+
+    def add_check(
+        self,
+        name: str,
+        description: str,
+        *,
+        source: str,
+        value: float | None,
+        op: str,
+        limit: float,
+        unit: str = "",
+        note: str = "",
+    ) -> Check:
+        """Record target ``value <op> limit`` (op ``"<="`` or ``">="``); ``value=None`` is n/a."""
+        if op not in ("<=", ">="):
+            raise ValueError(f"op must be '<=' or '>=', not {op!r}")
+        met = None if value is None else (value <= limit if op == "<=" else value >= limit)
+        check = Check(
+            name=name,
+            description=description,
+            source=source,
+            value=value,
+            op=op,
+            limit=limit,
+            unit=unit,
+            met=met,
+            note=note,
+        )
+        self.checks.append(check)
+        return check
 
     def ratio(self, result: Result) -> tuple[float | None, float | None]:
         """(p50 ratio, p99 ratio) against ``result.ratio_to``; None when unresolved."""
@@ -492,19 +642,43 @@ class Report:
 
     def table(self) -> str:
         header = ["group", "name", "unit", "p50|rate", "p99", "n", "ratio p50/p99", "vs"]
-        rows = self.rows()
-        right = {3, 4, 5, 6}
-        widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
-
-        def fmt(cols: list[str]) -> str:
-            cells = [
-                c.rjust(w) if i in right else c.ljust(w)
-                for i, (c, w) in enumerate(zip(cols, widths, strict=True))
-            ]
-            return "  ".join(cells).rstrip()
-
-        lines = [fmt(header), fmt(["-" * w for w in widths])]
-        lines += [fmt(r) for r in rows]
+        lines = _format_columns(header, self.rows(), {3, 4, 5, 6})
+        if self.derived:
+            lines += ["", "derived (numerator / denominator, same run):"]
+            lines += _format_columns(
+                ["group", "name", "p50", "p99", "of", "note"],
+                [
+                    [
+                        d.group,
+                        d.name,
+                        _fmt_ratio(d.p50),
+                        _fmt_ratio(d.p99) if d.p50 is not None else "",
+                        f"{d.numerator} / {d.denominator}",
+                        d.note,
+                    ]
+                    for d in self.derived
+                ],
+                {2, 3},
+            )
+        if self.checks:
+            lines += ["", "targets:"]
+            lines += _format_columns(
+                ["status", "target", "value", "limit", "from", "note"],
+                [
+                    [
+                        {True: "MET", False: "MISSED", None: "n/a"}[c.met],
+                        c.description,
+                        "n/a" if c.value is None else f"{_fmt_value(c.value)}{c.unit}",
+                        f"{c.op} {_fmt_value(c.limit)}{c.unit}",
+                        c.source,
+                        c.note,
+                    ]
+                    for c in self.checks
+                ],
+                {2, 3},
+            )
+        for s in self.skipped:
+            lines.append(f"SKIPPED {s['what']} ({s['suite']}): {s['reason']}")
         for f in self.failures:
             lines.append(f"FAILED {f['suite']}: {f['error']}")
         return "\n".join(lines)
@@ -518,6 +692,9 @@ class Report:
         return {
             "meta": {**self.meta, "env": _environment()},
             "results": results,
+            "derived": [asdict(d) for d in self.derived],
+            "checks": [asdict(c) for c in self.checks],
+            "skipped": self.skipped,
             "failures": self.failures,
         }
 

@@ -5,6 +5,13 @@ transactions all run on one dedicated thread (LMDB allows one writer at a
 time, and this keeps the sidecar's event loop off the disk); reads are
 memory-mapped and run wherever they are called.
 
+Group commit: writes queued while the writer is busy are applied in one
+transaction and made durable by one fsync, and each caller is answered only
+after that commit. Each write's precondition is still checked on its own, so
+one failed compare-and-set does not fail its neighbours; if the shared
+transaction itself fails (e.g. the map is full), every write is retried alone
+so only the one at fault fails.
+
 Options (URI query): ``map_size`` (bytes, or with a KiB/MiB/GiB/TiB suffix;
 default 64GiB, sparse, so it costs nothing until used).
 """
@@ -13,7 +20,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import queue
 import re
+import threading
 from collections.abc import Mapping
 from urllib.parse import unquote, urlsplit
 
@@ -45,7 +54,10 @@ class LmdbStore(Store):
     name = "lmdb"
     capabilities = frozenset({Capability.LIST, Capability.DELETE, Capability.CONDITIONAL_PUT})
     inline_reads = True
+    async_writes = True
     max_key_bytes = 511  # LMDB's compiled-in MDB_MAXKEYSIZE
+    #: Most writes applied in one group-committed transaction.
+    max_batch = 256
 
     def __init__(self, path: str, map_size: int = DEFAULT_MAP_SIZE) -> None:
         os.makedirs(path, exist_ok=True)
@@ -59,7 +71,9 @@ class LmdbStore(Store):
         except lmdb.Error as exc:
             raise StoreError(f"cannot open LMDB environment: {type(exc).__name__}") from None
         self.env.reader_check()  # clear slots left by crashed processes
-        self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="lmdb-writer")
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._writer = threading.Thread(target=self._write_loop, name="lmdb-writer", daemon=True)
+        self._writer.start()
 
     # -- reads --------------------------------------------------------------
     def get(self, key: str) -> Item | None:
@@ -82,13 +96,67 @@ class LmdbStore(Store):
         return out
 
     # -- writes (all on the writer thread) -----------------------------------
-    def _write(self, fn, *args):
-        return self._writer.submit(self._in_txn, fn, *args).result()
+    def put(self, key, value, *, if_version=None, if_absent=False) -> str:
+        return self.put_async(key, value, if_version=if_version, if_absent=if_absent).result()
 
-    def _in_txn(self, fn, *args):
+    def delete(self, key, *, if_version=None) -> None:
+        self.delete_async(key, if_version=if_version).result()
+
+    def put_async(self, key, value, *, if_version=None, if_absent=False):
+        return self._submit(_put, key.encode(), bytes(value), if_version, if_absent)
+
+    def delete_async(self, key, *, if_version=None):
+        return self._submit(_delete, key.encode(), if_version)
+
+    def _submit(self, fn, *args) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._queue.put((fn, args, future))
+        return future
+
+    def _write_loop(self) -> None:
+        stopping = False
+        while not stopping:
+            first = self._queue.get()
+            if first is None:
+                break
+            batch = [first]
+            while len(batch) < self.max_batch:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    stopping = True
+                    break
+                batch.append(item)
+            try:
+                outcomes = self._commit(batch)
+            except StoreError:
+                # The shared transaction failed: retry alone so only the
+                # write at fault fails.
+                outcomes = []
+                for one in batch:
+                    try:
+                        outcomes.extend(self._commit([one]))
+                    except StoreError as exc:
+                        outcomes.append((one[2], None, exc))
+            for future, result, error in outcomes:
+                if error is None:
+                    future.set_result(result)
+                else:
+                    future.set_exception(error)
+
+    def _commit(self, batch):
+        """Apply ``batch`` in one transaction; outcomes are only reported
+        after the commit (and its fsync) returned."""
+        outcomes = []
         try:
             with self.env.begin(write=True) as txn:
-                return fn(txn, *args)
+                for fn, args, future in batch:
+                    try:
+                        outcomes.append((future, fn(txn, *args), None))
+                    except PreconditionFailed as exc:
+                        outcomes.append((future, None, exc))
         except lmdb.MapFullError:
             raise StoreFull(
                 f"LMDB map is full ({self.map_size} bytes); raise map_size in the store URI"
@@ -97,36 +165,32 @@ class LmdbStore(Store):
             raise StoreError("LMDB environment is read-only") from None
         except lmdb.Error as exc:
             raise StoreError(f"LMDB write failed: {type(exc).__name__}") from None
-
-    def put(self, key, value, *, if_version=None, if_absent=False) -> str:
-        return self._write(self._put, key.encode(), bytes(value), if_version, if_absent)
-
-    @staticmethod
-    def _put(txn, key, value, if_version, if_absent):
-        if if_absent or if_version is not None:
-            _check(txn.get(key), if_version, if_absent)
-        txn.put(key, value)
-        return content_version(value)
-
-    def delete(self, key, *, if_version=None) -> None:
-        self._write(self._delete, key.encode(), if_version)
-
-    @staticmethod
-    def _delete(txn, key, if_version):
-        if if_version is not None:
-            _check(txn.get(key), if_version, False)
-        txn.delete(key)
+        return outcomes
 
     # -- lifecycle ------------------------------------------------------------
     def flush(self) -> None:
         self.env.sync(True)
 
     def close(self) -> None:
-        self._writer.shutdown(wait=True)
+        self._queue.put(None)
+        self._writer.join()
         self.env.close()
 
     def describe(self) -> str:
         return f"lmdb (map_size={self.map_size})"
+
+
+def _put(txn, key: bytes, value: bytes, if_version: str | None, if_absent: bool) -> str:
+    if if_absent or if_version is not None:
+        _check(txn.get(key), if_version, if_absent)
+    txn.put(key, value)
+    return content_version(value)
+
+
+def _delete(txn, key: bytes, if_version: str | None) -> None:
+    if if_version is not None:
+        _check(txn.get(key), if_version, False)
+    txn.delete(key)
 
 
 def _check(current: bytes | None, if_version: str | None, if_absent: bool) -> None:

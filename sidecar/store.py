@@ -17,6 +17,7 @@ third-party plugin.
 from __future__ import annotations
 
 import abc
+import concurrent.futures
 import enum
 from dataclasses import dataclass
 from typing import ClassVar
@@ -75,6 +76,10 @@ class Store(abc.ABC):
     #: Reads are local and cheap (memory or mmap): the sidecar may call
     #: ``get`` on its event loop instead of in a worker thread.
     inline_reads: ClassVar[bool] = False
+    #: The store queues writes on a thread of its own and offers
+    #: ``put_async``/``delete_async`` returning futures: the sidecar then
+    #: awaits those instead of blocking a worker thread on ``put``/``delete``.
+    async_writes: ClassVar[bool] = False
     #: Longest key the backend accepts, in UTF-8 bytes (``None``: no limit).
     #: The sidecar rejects longer keys with a clear error before calling.
     #: May be set per instance (e.g. S3 less the store's own key prefix).
@@ -113,6 +118,18 @@ class Store(abc.ABC):
         """Keys starting with ``prefix`` and greater than ``start_after``, in
         order, at most ``limit`` of them. Requires LIST."""
         raise NotImplementedError(f"{self.name} does not declare LIST")
+
+    def put_async(
+        self, key: str, value: bytes, *, if_version: str | None = None, if_absent: bool = False
+    ) -> concurrent.futures.Future[str]:
+        """``put`` without blocking; only on stores declaring ``async_writes``."""
+        raise NotImplementedError(f"{self.name} does not declare async_writes")
+
+    def delete_async(
+        self, key: str, *, if_version: str | None = None
+    ) -> concurrent.futures.Future[None]:
+        """``delete`` without blocking; only on stores declaring ``async_writes``."""
+        raise NotImplementedError(f"{self.name} does not declare async_writes")
 
     def flush(self) -> None:  # noqa: B027 - optional hook
         """Make every acknowledged write durable (called on shutdown)."""

@@ -59,6 +59,11 @@ class Storage:
         self.can_cas = Capability.CONDITIONAL_PUT in store.capabilities
         self._pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="store")
         self._locks = [asyncio.Lock() for _ in range(64)]
+        self._async_writes: dict[Callable, Callable] = (
+            {store.put: store.put_async, store.delete: store.delete_async}
+            if store.async_writes
+            else {}
+        )
 
     @property
     def backend(self) -> str:
@@ -84,6 +89,11 @@ class Storage:
         op = getattr(fn, "__name__", "call")
         started = time.perf_counter()
         try:
+            submit = self._async_writes.get(fn)
+            if submit is not None:
+                # The store has its own writer thread: await its future
+                # instead of parking a worker thread on it.
+                return await asyncio.wrap_future(submit(*args, **kwargs))
             return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
         except PreconditionFailed:
             raise Conflict("the record changed since it was read; re-read and retry") from None

@@ -487,6 +487,27 @@ class StoreConformance:
             got = list(pool.map(store.get, [key for key, _ in items]))
         assert [item.value if item else None for item in got] == [value for _, value in items]
 
+    def test_async_writes_behave_like_put_and_delete(self, store: Store) -> None:
+        if not store.async_writes:
+            with pytest.raises(NotImplementedError):
+                store.put_async("async/k", b"v")
+            assert store.get("async/k") is None
+            return
+        futures = [store.put_async(f"async/{i}", f"v{i}".encode()) for i in range(50)]
+        versions = [f.result(timeout=30) for f in futures]
+        assert [store.get(f"async/{i}").version for i in range(50)] == versions
+        stale = store.put_async("async/0", b"x", if_version="stale")
+        fresh = store.put_async("async/1", b"y", if_version=versions[1])
+        clash = store.put_async("async/2", b"z", if_absent=True)
+        with pytest.raises(PreconditionFailed):
+            stale.result(timeout=30)
+        with pytest.raises(PreconditionFailed):
+            clash.result(timeout=30)
+        assert fresh.result(timeout=30) == store.get("async/1").version
+        store.delete_async("async/3").result(timeout=30)
+        assert store.get("async/3") is None
+        assert store.get("async/0").value == b"v0"
+
     def test_flush_and_close_are_safe_to_call(self, make_store: Callable[[], Store]) -> None:
         opened = make_store()
         opened.put("k", b"v")

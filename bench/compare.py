@@ -1,0 +1,247 @@
+"""Cross-suite figures, derived after all suites ran: ctxd / peer, growth, targets.
+
+``add_comparisons(report)`` adds, from results already in the report:
+
+* ``cmp.append_turn.<ctxd series>_vs_<peer>.h<mark>``: ctxd AppendTurn / peer
+  turn at each history mark (below 1 means ctxd is faster; the note says by
+  how much);
+* ``growth.<series>``: the h10 -> h10000 ratio of every ctxd and peer series;
+* the README's targets, each MET / MISSED / n/a.
+
+A result that is missing (suite skipped or failed, quick mode without the
+10,000 mark) gives an ``n/a`` row naming it, never a silent gap; only a
+mark that neither side measured is left out of the ctxd / peer rows. All
+result names are in the tables below, so a rename in a suite is a one-line
+change here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bench.harness import Report
+
+GROUP = "compare"
+MARKS: tuple[int, ...] = (10, 1_000, 4_000, 10_000)
+GROWTH_FROM, GROWTH_TO = 10, 10_000
+
+# ctxd AppendTurn series (label -> result name per history mark).
+CTXD_APPEND_TURN: dict[str, str] = {
+    "lmdb": "ctxd.append_turn.lmdb.h{mark}",
+    "s3": "ctxd.append_turn.s3.h{mark}",
+}
+# Peer turn series compared with every ctxd series above.
+PEERS: dict[str, str] = {
+    "langgraph_sqlite": "peer.langgraph_sqlite.h{mark}",
+    "agents_sqlite": "peer.agents_sqlite.h{mark}",
+}
+# Series that only get a growth row.
+GROWTH_ONLY: dict[str, str] = {
+    "agents_sqlite.history_read": "peer.agents_sqlite.history_read.h{mark}",
+}
+
+
+@dataclass(frozen=True)
+class Target:
+    """One README target. ``kind`` says where the value comes from:
+
+    * ``"derived"``: a derived row's p50 (``source`` is its name);
+    * ``"speedup"``: 1 / a derived ctxd/peer row's p50 (how many times faster);
+    * ``"floor_ratio"``: a result's p50 ratio to its ``ratio_to`` baseline;
+    * ``"value"``: a result's p50 converted to ``unit``.
+    """
+
+    name: str
+    description: str
+    kind: str
+    source: str
+    op: str
+    limit: float
+    unit: str = ""
+    note: str = ""
+
+
+TARGETS: tuple[Target, ...] = (
+    Target(
+        "target.memory.get_vs_floor",
+        "Memory.Get p50 <= 1.25x its floor",
+        "floor_ratio",
+        "ctxd.memory.get",
+        "<=",
+        1.25,
+        "x",
+    ),
+    Target(
+        "target.memory.set_vs_floor",
+        "Memory.Set p50 <= 1.25x its floor",
+        "floor_ratio",
+        "ctxd.memory.set",
+        "<=",
+        1.25,
+        "x",
+    ),
+    Target(
+        "target.append_turn.growth.lmdb",
+        "AppendTurn growth 10 -> 10,000 msgs (LMDB) <= 1.15x",
+        "derived",
+        "growth.append_turn.lmdb",
+        "<=",
+        1.15,
+        "x",
+    ),
+    Target(
+        "target.append_turn.growth.s3",
+        "AppendTurn growth 10 -> 10,000 msgs (S3) <= 1.15x",
+        "derived",
+        "growth.append_turn.s3",
+        "<=",
+        1.15,
+        "x",
+    ),
+    Target(
+        "target.append_turn.vs_langgraph.h4000",
+        "AppendTurn p50 at 4,000 msgs >= 20x faster than LangGraph SqliteSaver step",
+        "speedup",
+        "cmp.append_turn.lmdb_vs_langgraph_sqlite.h4000",
+        ">=",
+        20.0,
+        "x",
+    ),
+    Target(
+        "target.cold_start",
+        "cold start to SERVING <= 1.5 s",
+        "value",
+        "ctxd.cold_start",
+        "<=",
+        1.5,
+        "s",
+    ),
+    Target(
+        "target.rss.idle_10000",
+        "10,000 idle contexts resident <= 300 MB RSS",
+        "value",
+        "ctxd.rss.contexts.c10000",
+        "<=",
+        300.0,
+        "MB",
+        note="or bounded by the registry cap",
+    ),
+)
+
+# Unit conversions for ``value`` targets: unit -> (dimension, size in base units).
+_UNITS: dict[str, tuple[str, float]] = {
+    "ns": ("time", 1e-9),
+    "us": ("time", 1e-6),
+    "ms": ("time", 1e-3),
+    "s": ("time", 1.0),
+    "B": ("bytes", 1.0),
+    "bytes": ("bytes", 1.0),
+    "KB": ("bytes", 1e3),
+    "KiB": ("bytes", 1024.0),
+    "MB": ("bytes", 1e6),
+    "MiB": ("bytes", 1024.0**2),
+    "GB": ("bytes", 1e9),
+    "GiB": ("bytes", 1024.0**3),
+}
+
+
+def _convert(value: float, unit: str, to: str) -> float | None:
+    a, b = _UNITS.get(unit), _UNITS.get(to)
+    if a is None or b is None or a[0] != b[0]:
+        return None
+    return value * a[1] / b[1]
+
+
+def _speed_note(ratio: float) -> str:
+    if ratio < 1:
+        return f"ctxd {1 / ratio:.1f}x faster"
+    return f"ctxd {ratio:.2f}x slower"
+
+
+def _series_present(report: Report, pattern: str) -> bool:
+    return any(report.get(pattern.format(mark=m)) is not None for m in MARKS)
+
+
+def add_ratios(report: Report) -> None:
+    """ctxd / peer for every (ctxd series, peer) pair at every mark either side measured."""
+    for ctxd_label, ctxd_pattern in CTXD_APPEND_TURN.items():
+        for peer, peer_pattern in PEERS.items():
+            for mark in MARKS:
+                names = (ctxd_pattern.format(mark=mark), peer_pattern.format(mark=mark))
+                if all(report.get(n) is None for n in names):
+                    continue  # e.g. a mark quick mode does not run
+                row = report.add_ratio(
+                    f"cmp.append_turn.{ctxd_label}_vs_{peer}.h{mark}",
+                    *names,
+                    group=GROUP,
+                )
+                if row.p50 is not None:
+                    row.note = _speed_note(row.p50)
+
+
+def add_growth(report: Report) -> None:
+    """h10 -> h10000 growth of every series that has any result in this run."""
+    series = {f"append_turn.{k}": v for k, v in CTXD_APPEND_TURN.items()}
+    series.update({f"peer.{k}": v for k, v in PEERS.items()})
+    series.update({f"peer.{k}": v for k, v in GROWTH_ONLY.items()})
+    for label, pattern in series.items():
+        if not _series_present(report, pattern):
+            continue
+        report.add_ratio(
+            f"growth.{label}",
+            pattern.format(mark=GROWTH_TO),
+            pattern.format(mark=GROWTH_FROM),
+            group=GROUP,
+        )
+
+
+def _target_value(report: Report, t: Target) -> tuple[float | None, str]:
+    if t.kind in ("derived", "speedup"):
+        d = report.get_derived(t.source)
+        if d is None:
+            return None, f"no {t.source} row"
+        if d.p50 is None:
+            return None, d.note
+        if t.kind == "speedup":
+            return (1 / d.p50 if d.p50 else None), ""
+        return d.p50, ""
+    r = report.get(t.source)
+    if r is None:
+        return None, f"missing {t.source}"
+    if t.kind == "floor_ratio":
+        ratio, _ = report.ratio(r)
+        if ratio is None:
+            return None, f"{t.source} has no resolvable floor ({r.ratio_to or 'no ratio_to'})"
+        return ratio, f"vs {r.ratio_to}"
+    if t.kind == "value":
+        v = _convert(r.p50, r.unit, t.unit)
+        if v is None:
+            return None, f"cannot convert {r.unit} to {t.unit}"
+        return v, ""
+    raise ValueError(f"unknown target kind {t.kind!r}")
+
+
+def add_targets(report: Report, targets: tuple[Target, ...] = TARGETS) -> None:
+    """Evaluate every target; skip the block when none of its inputs exist in this run."""
+    values = [(t, *_target_value(report, t)) for t in targets]
+    if all(v is None for _, v, _ in values):
+        return
+    for t, value, why in values:
+        note = "; ".join(x for x in (why, t.note) if x)
+        report.add_check(
+            t.name,
+            t.description,
+            source=t.source,
+            value=value,
+            op=t.op,
+            limit=t.limit,
+            unit=t.unit,
+            note=note,
+        )
+
+
+def add_comparisons(report: Report) -> None:
+    """All derived rows and target checks, in table order."""
+    add_ratios(report)
+    add_growth(report)
+    add_targets(report)

@@ -1,0 +1,163 @@
+"""Whole-process figures for ctxd: cold start, resident memory, AppendTurn throughput.
+
+* ``ctxd.cold_start``: ``ctxd serve`` from exec to health SERVING on a fresh
+  LMDB directory, ratio to ``floor.python_grpc_import`` (an interpreter that
+  only imports grpc: what any Python gRPC sidecar pays before its own code).
+* ``ctxd.rss.contexts.c<N>``: resident set size (MB) after one turn
+  (1 KB user + 1 KB assistant) was appended to each of N contexts, all still
+  in the registry, ratio to ``ctxd.rss.idle`` (the same process before).
+* ``ctxd.append_turn.tput.c<N>``: AppendTurn calls/s with N concurrent callers,
+  each on its own conversation, ratio to ``grpc.echo.tput.c<N>``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+from bench.harness import Context, Result, register, result_from_samples, throughput
+
+CALL_TIMEOUT_S = 10.0
+TEXT_1K = ("The quick brown fox jumps over the lazy dog. " * 23)[:1024]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_serving(address: str, proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    deadline = time.monotonic() + timeout
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"ctxd exited with {proc.returncode}")
+            try:
+                status = stub.Check(health_pb2.HealthCheckRequest(), timeout=0.5).status
+                if status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(0.005)
+    raise TimeoutError("ctxd did not become SERVING")
+
+
+class _Sidecar:
+    """``python -m sidecar serve`` on LMDB in a scratch directory."""
+
+    def __init__(self, ctx: Context, *settings: str) -> None:
+        self.address = f"127.0.0.1:{_free_port()}"
+        store = f"lmdb://{ctx.tmpdir('bench-ctxd-')}/data"
+        sets = [a for s in settings for a in ("--set", s)]
+        self.cmd = [sys.executable, "-m", "sidecar", "serve", "--listen", self.address,
+                    "--store", store, "--log-level", "WARNING", *sets]
+
+    def __enter__(self) -> _Sidecar:
+        self.started = time.perf_counter_ns()
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _wait_serving(self.address, self.proc)
+        self.ready_ns = time.perf_counter_ns() - self.started
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def rss_mb(self) -> float:
+        with open(f"/proc/{self.proc.pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+        raise RuntimeError("no VmRSS")
+
+
+def _turn(pb, context_id: str, i: int):
+    return pb.AppendTurnRequest(
+        context_id=context_id,
+        messages=[
+            pb.Message(user=pb.UserMessage(text=TEXT_1K)),
+            pb.Message(assistant=pb.AssistantMessage(text=TEXT_1K)),
+        ],
+        idempotency_key=f"{context_id}-{i}",
+    )
+
+
+@register("process")
+def ctxd_process(ctx: Context) -> Iterator[Result]:
+    import grpc
+
+    from sidecar.api.ctxd.v1 import context_pb2 as pb
+    from sidecar.api.ctxd.v1 import context_pb2_grpc
+
+    # -- cold start ------------------------------------------------------------------
+    runs = ctx.pick(full=7, quick=2)
+    floor = []
+    for _ in range(runs):
+        t0 = time.perf_counter_ns()
+        subprocess.run([sys.executable, "-c", "import grpc"], check=True)
+        floor.append(time.perf_counter_ns() - t0)
+    yield result_from_samples(floor, name="floor.python_grpc_import", group="process")
+    starts = []
+    for _ in range(runs):
+        with _Sidecar(ctx) as sc:
+            starts.append(sc.ready_ns)
+    yield result_from_samples(
+        starts, name="ctxd.cold_start", group="process", ratio_to="floor.python_grpc_import"
+    )
+
+    # -- resident memory with many contexts open ---------------------------------------
+    marks = ctx.pick(full=(1_000, 10_000), quick=(200,))
+    with _Sidecar(ctx, "contexts.cache_max_contexts=20000", "contexts.cache_max_bytes=4294967296") as sc:
+        channel = grpc.insecure_channel(sc.address)
+        stub = context_pb2_grpc.ContextServiceStub(channel)
+        idle = sc.rss_mb()
+        yield Result("ctxd.rss.idle", "process", "MB", idle, None, 1)
+        opened = 0
+        with ThreadPoolExecutor(16) as pool:
+            for mark in marks:
+                ids = [f"conv-{i}" for i in range(opened, mark)]
+                list(pool.map(lambda cid: stub.AppendTurn(_turn(pb, cid, 0), timeout=CALL_TIMEOUT_S), ids))
+                opened = mark
+                time.sleep(0.5)
+                yield Result(
+                    f"ctxd.rss.contexts.c{mark}", "process", "MB", sc.rss_mb(), None, mark,
+                    extra={"messages_per_context": 2}, ratio_to="ctxd.rss.idle",
+                )
+
+        # -- AppendTurn throughput -------------------------------------------------------
+        seconds = ctx.pick(full=4.0, quick=0.5)
+        for callers in (1, 4, 16):
+            local = threading.local()
+            counter = itertools.count()
+
+            def append(callers=callers) -> None:
+                if not hasattr(local, "cid"):
+                    local.cid = f"tput-{callers}-{next(counter)}"
+                    local.i = itertools.count()
+                stub.AppendTurn(_turn(pb, local.cid, next(local.i)), timeout=CALL_TIMEOUT_S)
+
+            yield throughput(
+                append, callers, seconds, name=f"ctxd.append_turn.tput.c{callers}",
+                group="process", ratio_to=f"grpc.echo.tput.c{callers}",
+            )
+        channel.close()
+
+
+if __name__ == "__main__":  # pragma: no cover - manual runs
+    os.execvp(sys.executable, [sys.executable, "-m", "bench", "--only", "process"])

@@ -1,0 +1,116 @@
+"""Cross-suite figures of ``python -m bench``: ctxd / peer ratios, growth, targets, skips."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from bench import compare, peers
+from bench.harness import Context, Report, Result, register, run_suites
+
+
+def _series(report: Report, pattern: str, p50s: dict[int, float]) -> None:
+    for mark, p50 in p50s.items():
+        report.add(Result(pattern.format(mark=mark), "g", "us", p50, p50 * 2, 20))
+
+
+def test_ratios_growth_and_targets(tmp_path):
+    rep = Report()
+    _series(rep, compare.CTXD_APPEND_TURN["lmdb"], {10: 500.0, 1_000: 520.0, 4_000: 540.0})
+    rep.add(Result("ctxd.append_turn.lmdb.h10000", "g", "us", 600.0, 1000.0, 20))
+    _series(
+        rep,
+        compare.PEERS["langgraph_sqlite"],
+        {10: 5_000.0, 1_000: 60_000.0, 4_000: 240_000.0, 10_000: 600_000.0},
+    )
+    rep.add(Result("ctxd.cold_start", "g", "us", 900_000.0, None, 5))
+
+    compare.add_comparisons(rep)
+
+    row = rep.get_derived("cmp.append_turn.lmdb_vs_langgraph_sqlite.h4000")
+    assert row.p50 == pytest.approx(540 / 240_000)
+    assert row.p99 == pytest.approx(1080 / 480_000)
+    assert row.note == "ctxd 444.4x faster"
+    assert rep.get_derived("growth.append_turn.lmdb").p50 == pytest.approx(1.2)
+    assert rep.get_derived("growth.append_turn.lmdb").p99 == pytest.approx(1.0)
+    assert rep.get_derived("growth.peer.langgraph_sqlite").p50 == pytest.approx(120.0)
+    # the peer that did not run at all and the S3 series are absent, not faked
+    missing = rep.get_derived("cmp.append_turn.s3_vs_langgraph_sqlite.h10")
+    assert missing.p50 is None and "ctxd.append_turn.s3.h10" in missing.note
+    assert rep.get_derived("cmp.append_turn.lmdb_vs_agents_sqlite.h10").p50 is None
+    assert rep.get_derived("growth.peer.agents_sqlite") is None
+
+    checks = {c.name: c for c in rep.checks}
+    assert checks["target.append_turn.growth.lmdb"].met is False
+    assert checks["target.append_turn.vs_langgraph.h4000"].met is True
+    assert checks["target.append_turn.vs_langgraph.h4000"].value == pytest.approx(240_000 / 540)
+    assert checks["target.cold_start"].value == pytest.approx(0.9)
+    assert checks["target.cold_start"].met is True
+    assert checks["target.append_turn.growth.s3"].met is None
+
+    table = rep.table()
+    assert "ctxd 444.4x faster" in table and "MISSED" in table and "MET" in table
+    data = json.loads(rep.write_json(tmp_path / "r.json").read_text())
+    derived = {d["name"]: d for d in data["derived"]}
+    assert derived["growth.append_turn.lmdb"]["p50"] == pytest.approx(1.2)
+    assert {c["name"] for c in data["checks"]} == {t.name for t in compare.TARGETS}
+
+
+def test_missing_side_gives_na_row_only_at_measured_marks():
+    rep = Report()
+    _series(rep, compare.PEERS["agents_sqlite"], {10: 700.0, 1_000: 650.0})
+
+    compare.add_comparisons(rep)
+
+    names = [d.name for d in rep.derived]
+    assert "cmp.append_turn.lmdb_vs_agents_sqlite.h1000" in names
+    assert "cmp.append_turn.lmdb_vs_agents_sqlite.h4000" not in names
+    row = rep.get_derived("cmp.append_turn.lmdb_vs_agents_sqlite.h10")
+    assert row.p50 is None and row.note == "missing ctxd.append_turn.lmdb.h10"
+    growth = rep.get_derived("growth.peer.agents_sqlite")
+    assert growth.p50 is None and "peer.agents_sqlite.h10000" in growth.note
+    assert "n/a" in rep.table()
+
+
+def test_no_inputs_no_targets():
+    rep = Report()
+    rep.add(Result("lmdb.put", "lmdb", "us", 200.0, 300.0, 10))
+    compare.add_comparisons(rep)
+    assert rep.derived == [] and rep.checks == []
+
+
+def test_peer_suite_records_skip_when_package_missing(monkeypatch):
+    monkeypatch.setitem(sys.modules, "langgraph.checkpoint.sqlite", None)
+    ctx = Context(quick=True)
+    with ctx.cleanup:
+        assert list(peers.langgraph_sqlite(ctx)) == []
+    assert len(ctx.skips) == 1
+    assert ctx.skips[0]["what"] == "peer.langgraph_sqlite"
+    assert "pip install -e '.[bench]'" in ctx.skips[0]["reason"]
+
+
+def test_run_suites_reports_skips():
+    @register("test-skip-group")
+    def skipping(ctx):
+        ctx.skip("thing", "not installed")
+        yield from ()
+
+    rep = Report()
+    assert run_suites(["test-skip-group"], Context(quick=True), rep, log=lambda m: None)
+    assert rep.skipped == [
+        {"suite": "test-skip-group:skipping", "what": "thing", "reason": "not installed"}
+    ]
+    assert "SKIPPED thing" in rep.table()
+    assert rep.to_json()["skipped"] == rep.skipped
+
+
+def test_turn_plan_keeps_each_conversation_near_its_mark():
+    for mark, turns in ((10, 220), (1_000, 110), (10_000, 22)):
+        convs, plan = peers._turn_plan(mark, turns)
+        assert len(plan) == turns and max(plan) == convs - 1
+        per_conv = max(plan.count(c) for c in range(convs))
+        assert per_conv == 1 or 2 * per_conv <= mark * peers.GROWTH_BUDGET
+    user, assistant = peers.turn_texts()
+    assert len(user.encode()) == len(assistant.encode()) == peers.MESSAGE_BYTES
