@@ -33,7 +33,44 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     sub.add_parser("plugins", help="list installed store plugins and their URI schemes")
+
+    migrate = sub.add_parser(
+        "migrate",
+        help="copy contexts and memory from one store to another (stop the sidecars first)",
+    )
+    migrate.add_argument("--from", dest="source", required=True, metavar="URI", help="source store")
+    migrate.add_argument("--to", dest="target", required=True, metavar="URI", help="destination store")
+    migrate.add_argument("--config", help="TOML config file (for prefix and instance)")
+    migrate.add_argument("--instance", help="instance namespace to copy (default from config)")
+    migrate.add_argument(
+        "--overwrite", action="store_true", help="replace keys the destination holds differently"
+    )
     return p
+
+
+async def _migrate(cfg, args) -> int:
+    import json
+
+    from sidecar.core.errors import CtxdError
+    from sidecar.core.migrate import Migration
+    from sidecar.core.storage import Storage
+    from sidecar.plugins import open_store, plugin_manager
+
+    pm = plugin_manager()
+    src = Storage(await asyncio.to_thread(open_store, args.source, pm), prefix=cfg.prefix, instance=cfg.instance)
+    dst = Storage(await asyncio.to_thread(open_store, args.target, pm), prefix=cfg.prefix, instance=cfg.instance)
+    try:
+        report = await Migration(
+            src, dst, overwrite=args.overwrite, idem_cap=cfg.contexts.idempotency_keys
+        ).run()
+    except CtxdError as exc:
+        print(f"ctxd migrate: {exc.message}", file=sys.stderr)
+        return 1
+    finally:
+        await src.close()
+        await dst.close()
+    print(json.dumps(report.to_dict(), indent=2))
+    return 0 if report.ok else 1
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, str]:
@@ -60,6 +97,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: {getattr(plugin, '__name__', plugin)}")
         print("schemes:", ", ".join(available_schemes(pm)))
         return 0
+
+    if args.command == "migrate":
+        try:
+            overrides = {"instance": args.instance} if args.instance else {}
+            cfg = config.load(config_file=args.config, overrides=overrides)
+        except ValueError as exc:
+            print(f"ctxd: configuration error: {exc}", file=sys.stderr)
+            return 2
+        logs.setup("WARNING", "text")
+        try:
+            return asyncio.run(_migrate(cfg, args))
+        except ValueError as exc:
+            print(f"ctxd migrate: {exc}", file=sys.stderr)
+            return 2
 
     try:
         cfg = config.load(config_file=args.config, overrides=_overrides(args))

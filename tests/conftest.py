@@ -139,6 +139,8 @@ class InProcessSidecar:
         return self._call(coro, timeout)
 
     def close(self) -> None:
+        if self.loop.is_closed():
+            return
         self.channel.close()
         try:
             self._call(self.sidecar.stop(grace=1))
