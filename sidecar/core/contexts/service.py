@@ -16,6 +16,7 @@ import asyncio
 import base64
 import binascii
 import logging
+import random
 import secrets
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -65,7 +66,7 @@ from sidecar.store import Item
 log = logging.getLogger(__name__)
 
 #: Commit attempts when another writer keeps taking the next version.
-COMMIT_ATTEMPTS = 5
+COMMIT_ATTEMPTS = 8
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
 #: Largest model window accepted (tokens).
@@ -379,7 +380,7 @@ class ContextService:
         key = req.idempotency_key
         async with self.registry.use(cid) as e, e.lock:
             caught_up = False
-            for _ in range(COMMIT_ATTEMPTS):
+            for attempt in range(COMMIT_ATTEMPTS):
                 st = await self._load(e)
                 if st is None:
                     st = e.state = self._new_state(cid)
@@ -405,6 +406,7 @@ class ContextService:
                     await self._commit(e, st, rec, built)
                 except Conflict:
                     await self._refresh(e, lost_race=True)
+                    await _race_backoff(attempt)
                     continue
                 self._after_commit(
                     e,
@@ -478,7 +480,7 @@ class ContextService:
             raise InvalidArgument("expected_version", "must not be negative")
         async with self.registry.use(cid) as e, e.lock:
             caught_up = False
-            for _ in range(COMMIT_ATTEMPTS):
+            for attempt in range(COMMIT_ATTEMPTS):
                 st = await self._load(e)
                 if st is None or not st.exists:
                     raise not_found(cid)
@@ -504,6 +506,7 @@ class ContextService:
                     await self._commit(e, st, rec)
                 except Conflict:
                     await self._refresh(e, lost_race=True)
+                    await _race_backoff(attempt)
                     continue
                 self._after_commit(e, st, event, {"op": rec["op"]})
                 return st, rec
@@ -733,6 +736,12 @@ class ContextService:
         log.info("idle conversation closed", extra={"context": cid, "action": kind})
         self._emit(ContextEvent(cid, kind, st.version, self.now()), None)
         return True
+
+
+async def _race_backoff(attempt: int) -> None:
+    """After losing a write race to another sidecar, wait a random moment
+    (growing with each loss) so racing writers stop colliding in lockstep."""
+    await asyncio.sleep(random.uniform(0, min(0.1, 0.005 * 2**attempt)))
 
 
 def _result(res: dict[str, Any], replayed: bool = False) -> TurnResult:
