@@ -133,7 +133,8 @@ class Bench:
 
 def _sidecar_cmd(store: str, *settings: str) -> list[str]:
     args = ["serve", "--store", store]
-    for s in settings:
+    # The workload measures appends to long histories: no automatic compaction.
+    for s in ("contexts.auto_compact=false", *settings):
         args += ["--set", s]
     return python_module_cmd("bench.ctxd_contexts", *args)
 

@@ -129,6 +129,12 @@ class LmdbStore(Store):
                     stopping = True
                     break
                 batch.append(item)
+            # A caller that gave up (cancelled) before its write started is
+            # dropped; from here on a write can no longer be cancelled, so
+            # its caller always learns the outcome.
+            batch = [item for item in batch if item[2].set_running_or_notify_cancel()]
+            if not batch:
+                continue
             try:
                 outcomes = self._commit(batch)
             except StoreError:

@@ -80,6 +80,9 @@ def test_kill_9_loses_no_acknowledged_turn(spawn_sidecar, store_uri_for, backend
         "contexts.checkpoint_every=3",
         "--set",
         "contexts.checkpoint_bytes=8192",
+        # Counts versions as turns: no automatic compaction in between.
+        "--set",
+        "contexts.auto_compact=false",
     )
     sc = spawn_sidecar(*args)
     client = Appender(sc.address, seed)

@@ -474,3 +474,19 @@ async def test_s3_storage_round_trip_through_real_http(moto_endpoint, storage_fo
     assert await storage.get("memory/k") == Item(b"v", version)
     objects = s3.list_objects_v2(Bucket=bucket)["Contents"]
     assert [obj["Key"] for obj in objects] == ["pfx/ctxd/default/memory/k"]
+
+
+def test_lmdb_writer_survives_cancelled_callers(tmp_path):
+    """A caller cancelled while its write is queued must not break the
+    writer thread for everyone else."""
+    store = LmdbStore(str(tmp_path / "env"), map_size=64 << 20)
+    try:
+        futures = [store.put_async(f"k{i}", b"v") for i in range(200)]
+        cancelled = sum(f.cancel() for f in futures[100:])
+        for f in futures[:100]:
+            f.result(timeout=30)
+        assert store.put_async("after", b"ok").result(timeout=10)  # the writer is alive
+        assert store.get("after").value == b"ok"
+        assert len(store.list("k")) == 200 - cancelled  # cancelled writes never ran
+    finally:
+        store.close()

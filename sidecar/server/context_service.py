@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from sidecar.api.ctxd.v1 import context_pb2, context_pb2_grpc
 from sidecar.core.contexts import ContextService, TurnRequest
+from sidecar.core.contexts.compaction import Compactor
 from sidecar.core.contexts.model import (
     ASSISTANT,
     CONVERSATION,
@@ -22,6 +23,9 @@ from sidecar.core.contexts.model import (
     ToolCall,
 )
 from sidecar.core.errors import InvalidArgument
+from sidecar.plugins import summarisers
+from sidecar.server.context_compaction_rpcs import CompactionRpcs
+from sidecar.server.context_plan_rpcs import PlanSkillsRpcs
 
 pb = context_pb2
 
@@ -197,25 +201,32 @@ def fill_slice_pb(out, st: ContextState) -> None:
         fill_msg_pb(add(), m)
 
 
-class ContextServicer(context_pb2_grpc.ContextServiceServicer):
+class ContextServicer(PlanSkillsRpcs, CompactionRpcs, context_pb2_grpc.ContextServiceServicer):
     def __init__(self, config, storage, pm) -> None:
         self.config = config
         self.storage = storage
         self.service = ContextService(config.contexts, storage)
+        self._init_plan_rpcs(config, self.service)
+        self.compaction = Compactor(self.service, config, summarisers(config, pm))
 
     async def start(self) -> None:
         """Start background work (idle-conversation expiry, resumed deletions)."""
         await self.service.start()
+        await self._start_plan_rpcs()
+        self.compaction.start()
 
     async def stop(self) -> None:
         """Checkpoint resident contexts and finish background work."""
+        await self._stop_plan_rpcs()
+        await self.compaction.stop()
         await self.service.stop()
 
     async def AppendTurn(self, request: pb.AppendTurnRequest, context) -> pb.AppendTurnResponse:
+        msgs = [msg_from_pb(m) for m in request.messages]
         result = await self.service.append_turn(
             TurnRequest(
                 context_id=request.context_id,
-                messages=[msg_from_pb(m) for m in request.messages],
+                messages=msgs,
                 expected_version=request.expected_version
                 if request.HasField("expected_version")
                 else None,
@@ -226,12 +237,17 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
                 task=request.task,
             )
         )
+        skills = None if result.replayed else await self._turn_skills(request.context_id, msgs)
         return pb.AppendTurnResponse(
-            version=result.version,
+            version=skills.version if skills and skills.version else result.version,
             est_tokens=result.est_tokens,
             compaction_due=result.compaction_due,
             message_ids=result.message_ids,
             replayed=result.replayed,
+            unknown_skills=skills.unknown if skills else (),
+            loaded_skills=[pb.SkillRef(name=r.name, hash=r.hash) for r in skills.loaded]
+            if skills
+            else (),
         )
 
     async def GetContext(self, request: pb.GetContextRequest, context) -> pb.GetContextResponse:

@@ -96,6 +96,12 @@ Context ids: ``root`` or 1-128 characters of ``[A-Za-z0-9._:-]`` starting
 with a letter or digit.
 """
 
+# Registers the "compact" log record (restores must know it).
+from sidecar.core.contexts import compaction as _compaction  # noqa: E402,F401
+
+# Register the "plan", "preflight" and "skills" log records (restores must know them).
+from sidecar.core.contexts import planning as _planning  # noqa: E402,F401
+from sidecar.core.contexts import skillset as _skillset  # noqa: E402,F401
 from sidecar.core.contexts.model import ROOT_ID, ContextInfo, ContextState, Msg, SkillRef, ToolCall
 from sidecar.core.contexts.service import ContextEvent, ContextService, TurnRequest, TurnResult
 from sidecar.core.contexts.tokens import estimate_text, window_for_model

@@ -39,7 +39,7 @@ Handler = Callable[[ContextState, dict[str, Any]], None]
 _HANDLERS: dict[str, Handler] = {}
 
 #: Ops a listing peek can replay without the sealed messages.
-COUNTER_ONLY_OPS = frozenset({"append"})
+COUNTER_ONLY_OPS = frozenset({"append", "plan", "preflight", "skills"})
 
 #: What a checkpoint leaves in place of the log records it sealed.
 SEALED = "sealed"

@@ -612,7 +612,9 @@ class ContextService:
             raise InvalidArgument("expected_version", "must not be negative")
         async with self.registry.use(cid) as e, e.lock:
             st = await self._load(e)
-            if st is None:
+            if st is None or not st.exists:
+                # Unknown (perhaps only seen by a refused first turn): the
+                # same answer whatever the expected_version.
                 return False
             if expected_version is not None and expected_version != st.version:
                 raise _stale_version(cid, st.version, expected_version)
