@@ -61,8 +61,19 @@ class _Sidecar:
         self.address = f"127.0.0.1:{_free_port()}"
         store = f"lmdb://{ctx.tmpdir('bench-ctxd-')}/data"
         sets = [a for s in settings for a in ("--set", s)]
-        self.cmd = [sys.executable, "-m", "sidecar", "serve", "--listen", self.address,
-                    "--store", store, "--log-level", "WARNING", *sets]
+        self.cmd = [
+            sys.executable,
+            "-m",
+            "sidecar",
+            "serve",
+            "--listen",
+            self.address,
+            "--store",
+            store,
+            "--log-level",
+            "WARNING",
+            *sets,
+        ]
 
     def __enter__(self) -> _Sidecar:
         self.started = time.perf_counter_ns()
@@ -123,7 +134,9 @@ def ctxd_process(ctx: Context) -> Iterator[Result]:
 
     # -- resident memory with many contexts open ---------------------------------------
     marks = ctx.pick(full=(1_000, 10_000), quick=(200,))
-    with _Sidecar(ctx, "contexts.cache_max_contexts=20000", "contexts.cache_max_bytes=4294967296") as sc:
+    with _Sidecar(
+        ctx, "contexts.cache_max_contexts=20000", "contexts.cache_max_bytes=4294967296"
+    ) as sc:
         channel = grpc.insecure_channel(sc.address)
         stub = context_pb2_grpc.ContextServiceStub(channel)
         idle = sc.rss_mb()
@@ -132,12 +145,22 @@ def ctxd_process(ctx: Context) -> Iterator[Result]:
         with ThreadPoolExecutor(16) as pool:
             for mark in marks:
                 ids = [f"conv-{i}" for i in range(opened, mark)]
-                list(pool.map(lambda cid: stub.AppendTurn(_turn(pb, cid, 0), timeout=CALL_TIMEOUT_S), ids))
+                list(
+                    pool.map(
+                        lambda cid: stub.AppendTurn(_turn(pb, cid, 0), timeout=CALL_TIMEOUT_S), ids
+                    )
+                )
                 opened = mark
                 time.sleep(0.5)
                 yield Result(
-                    f"ctxd.rss.contexts.c{mark}", "process", "MB", sc.rss_mb(), None, mark,
-                    extra={"messages_per_context": 2}, ratio_to="ctxd.rss.idle",
+                    f"ctxd.rss.contexts.c{mark}",
+                    "process",
+                    "MB",
+                    sc.rss_mb(),
+                    None,
+                    mark,
+                    extra={"messages_per_context": 2},
+                    ratio_to="ctxd.rss.idle",
                 )
 
         # -- AppendTurn throughput -------------------------------------------------------
@@ -146,15 +169,19 @@ def ctxd_process(ctx: Context) -> Iterator[Result]:
             local = threading.local()
             counter = itertools.count()
 
-            def append(callers=callers) -> None:
+            def append(callers=callers, local=local, counter=counter) -> None:
                 if not hasattr(local, "cid"):
                     local.cid = f"tput-{callers}-{next(counter)}"
                     local.i = itertools.count()
                 stub.AppendTurn(_turn(pb, local.cid, next(local.i)), timeout=CALL_TIMEOUT_S)
 
             yield throughput(
-                append, callers, seconds, name=f"ctxd.append_turn.tput.c{callers}",
-                group="process", ratio_to=f"grpc.echo.tput.c{callers}",
+                append,
+                callers,
+                seconds,
+                name=f"ctxd.append_turn.tput.c{callers}",
+                group="process",
+                ratio_to=f"grpc.echo.tput.c{callers}",
             )
         channel.close()
 

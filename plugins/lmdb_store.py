@@ -65,8 +65,14 @@ class LmdbStore(Store):
         self.map_size = map_size
         try:
             self.env = lmdb.open(
-                path, map_size=map_size, subdir=True, sync=True, metasync=True,
-                max_dbs=0, readahead=False, max_readers=256,
+                path,
+                map_size=map_size,
+                subdir=True,
+                sync=True,
+                metasync=True,
+                max_dbs=0,
+                readahead=False,
+                max_readers=256,
             )
         except lmdb.Error as exc:
             raise StoreError(f"cannot open LMDB environment: {type(exc).__name__}") from None

@@ -50,8 +50,10 @@ class MemoryStore(Store):
     def list(self, prefix, *, start_after="", limit=None) -> list[str]:
         with self._lock:
             lo = max(prefix, start_after)
-            i = bisect.bisect_right(self._keys, lo) if lo == start_after else bisect.bisect_left(
-                self._keys, lo
+            i = (
+                bisect.bisect_right(self._keys, lo)
+                if lo == start_after
+                else bisect.bisect_left(self._keys, lo)
             )
             out: list[str] = []
             for key in self._keys[i:]:

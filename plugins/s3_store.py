@@ -158,7 +158,7 @@ class S3Store(Store):
         out: list[str] = []
         try:
             for page in self.client.get_paginator("list_objects_v2").paginate(**params):
-                out.extend(obj["Key"][len(self.prefix):] for obj in page.get("Contents", ()))
+                out.extend(obj["Key"][len(self.prefix) :] for obj in page.get("Contents", ()))
         except botocore.exceptions.ClientError as exc:
             raise _translate(exc) from None
         except botocore.exceptions.BotoCoreError as exc:

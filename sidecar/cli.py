@@ -39,7 +39,9 @@ def _parser() -> argparse.ArgumentParser:
         help="copy contexts and memory from one store to another (stop the sidecars first)",
     )
     migrate.add_argument("--from", dest="source", required=True, metavar="URI", help="source store")
-    migrate.add_argument("--to", dest="target", required=True, metavar="URI", help="destination store")
+    migrate.add_argument(
+        "--to", dest="target", required=True, metavar="URI", help="destination store"
+    )
     migrate.add_argument("--config", help="TOML config file (for prefix and instance)")
     migrate.add_argument("--instance", help="instance namespace to copy (default from config)")
     migrate.add_argument(
@@ -57,8 +59,16 @@ async def _migrate(cfg, args) -> int:
     from sidecar.plugins import open_store, plugin_manager
 
     pm = plugin_manager()
-    src = Storage(await asyncio.to_thread(open_store, args.source, pm), prefix=cfg.prefix, instance=cfg.instance)
-    dst = Storage(await asyncio.to_thread(open_store, args.target, pm), prefix=cfg.prefix, instance=cfg.instance)
+    src = Storage(
+        await asyncio.to_thread(open_store, args.source, pm),
+        prefix=cfg.prefix,
+        instance=cfg.instance,
+    )
+    dst = Storage(
+        await asyncio.to_thread(open_store, args.target, pm),
+        prefix=cfg.prefix,
+        instance=cfg.instance,
+    )
     try:
         report = await Migration(
             src, dst, overwrite=args.overwrite, idem_cap=cfg.contexts.idempotency_keys

@@ -9,7 +9,21 @@ from __future__ import annotations
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 _LATENCY_BUCKETS = (
-    0.0002, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+    0.0002,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
 )
 
 RPC_REQUESTS = Counter(

@@ -51,7 +51,9 @@ def moto_endpoint() -> Iterator[str]:
 @pytest.fixture
 def s3_bucket(moto_endpoint) -> str:
     name = f"ctxd-{uuid.uuid4().hex[:12]}"
-    boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").create_bucket(Bucket=name)
+    boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").create_bucket(
+        Bucket=name
+    )
     return name
 
 
@@ -160,7 +162,11 @@ def start_sidecar():
     started: list[InProcessSidecar] = []
 
     def start(store: str, **settings) -> Running:
-        overrides = {"store": store, "listen": "127.0.0.1:0", **{k.replace("__", "."): v for k, v in settings.items()}}
+        overrides = {
+            "store": store,
+            "listen": "127.0.0.1:0",
+            **{k.replace("__", "."): v for k, v in settings.items()},
+        }
         cfg = config_mod.load(env={}, overrides=overrides)
         sc = InProcessSidecar(cfg)
         started.append(sc)
@@ -195,7 +201,9 @@ class SidecarProcess:
 
     def start(self, timeout: float = 15) -> SidecarProcess:
         cmd = [sys.executable, "-m", "sidecar", "serve", "--listen", self.address, *self.args]
-        self.proc = subprocess.Popen(cmd, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            cmd, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
         self.channel = grpc.insecure_channel(self.address)
         wait_serving(self.channel, timeout, self.proc)
         return self
@@ -225,14 +233,21 @@ class SidecarProcess:
         return Running(self.address, self.channel, self.kill)
 
 
-def wait_serving(channel: grpc.Channel, timeout: float, proc: subprocess.Popen | None = None) -> None:
+def wait_serving(
+    channel: grpc.Channel, timeout: float, proc: subprocess.Popen | None = None
+) -> None:
     deadline = time.monotonic() + timeout
     stub = health_pb2_grpc.HealthStub(channel)
     while True:
         if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"sidecar exited with {proc.returncode}: {proc.stderr.read().decode()[-2000:]}")
+            raise RuntimeError(
+                f"sidecar exited with {proc.returncode}: {proc.stderr.read().decode()[-2000:]}"
+            )
         try:
-            if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
+            if (
+                stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status
+                == health_pb2.HealthCheckResponse.SERVING
+            ):
                 return
         except grpc.RpcError:
             pass

@@ -41,7 +41,9 @@ def _fill(sc) -> dict:
 def _migrate(src: str, dst: str, *extra: str) -> tuple[int, dict | str]:
     proc = subprocess.run(
         [sys.executable, "-m", "sidecar", "migrate", "--from", src, "--to", dst, *extra],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     try:
         return proc.returncode, json.loads(proc.stdout)

@@ -19,13 +19,19 @@ pytestmark = pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is
 def node_modules():
     if not (CLIENT / "node_modules" / "@grpc" / "grpc-js").exists():
         subprocess.run(
-            ["npm", "ci", "--no-audit", "--no-fund"], cwd=CLIENT, check=True, capture_output=True, timeout=300
+            ["npm", "ci", "--no-audit", "--no-fund"],
+            cwd=CLIENT,
+            check=True,
+            capture_output=True,
+            timeout=300,
         )
     return CLIENT / "node_modules"
 
 
 @pytest.mark.parametrize("backend", ["lmdb", "s3"])
-def test_node_client_appends_compacts_and_uses_memory(node_modules, start_sidecar, store_uri_for, backend):
+def test_node_client_appends_compacts_and_uses_memory(
+    node_modules, start_sidecar, store_uri_for, backend
+):
     sc = start_sidecar(store_uri_for(backend))
     proc = subprocess.run(
         ["node", "client.js"],

@@ -52,7 +52,9 @@ def test_two_replicas_interleaving_writes_lose_no_update(spawn_sidecar, store_ur
                 rec = r.memory.Get(mpb.GetRequest(key="counter"), timeout=30).record
                 n, version = json.loads(rec.value_json), rec.version
                 r.memory.Set(
-                    mpb.SetRequest(key="counter", value_json=json.dumps(n + 1), expected_version=version),
+                    mpb.SetRequest(
+                        key="counter", value_json=json.dumps(n + 1), expected_version=version
+                    ),
                     timeout=30,
                 )
                 done += 1
@@ -91,12 +93,18 @@ def test_two_replicas_interleaving_writes_lose_no_update(spawn_sidecar, store_ur
     for r in replicas:
         # A turn on each replica first, so a cached copy catches up with the other's writes.
         r.contexts.AppendTurn(
-            cpb.AppendTurnRequest(context_id="shared", messages=[cpb.Message(note=cpb.NoteMessage(text="sync"))]),
+            cpb.AppendTurnRequest(
+                context_id="shared", messages=[cpb.Message(note=cpb.NoteMessage(text="sync"))]
+            ),
             timeout=30,
         )
     # The replica that wrote last is up to date (reads are served from each
     # replica's cache, which catches up on its next write).
-    final = replicas[-1].contexts.GetContext(cpb.GetContextRequest(context_id="shared"), timeout=30).context
+    final = (
+        replicas[-1]
+        .contexts.GetContext(cpb.GetContextRequest(context_id="shared"), timeout=30)
+        .context
+    )
     texts = [m.user.text for m in final.messages if m.HasField("user")]
     assert sorted(texts) == sorted(want) and len(texts) == len(want)
     assert final.version == writers * TURNS_PER_WRITER + 2

@@ -29,14 +29,23 @@ def proxy(moto_endpoint):
 @pytest.fixture
 def bucket(moto_endpoint):
     name = f"ctxd-{uuid.uuid4().hex[:12]}"
-    boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").create_bucket(Bucket=name)
+    boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").create_bucket(
+        Bucket=name
+    )
     return name
 
 
 @pytest.fixture
 def store(proxy, bucket):
-    s = S3Store(bucket, "faults", endpoint_url=proxy.url, region="us-east-1",
-                connect_timeout=1, read_timeout=1, max_attempts=3)
+    s = S3Store(
+        bucket,
+        "faults",
+        endpoint_url=proxy.url,
+        region="us-east-1",
+        connect_timeout=1,
+        read_timeout=1,
+        max_attempts=3,
+    )
     yield s
     s.close()
 
@@ -50,7 +59,9 @@ def store(proxy, bucket):
     ],
     ids=["500", "503-slowdown", "reset"],
 )
-def test_a_put_retried_after_a_transient_fault_is_applied_exactly_once(store, proxy, action, kwargs):
+def test_a_put_retried_after_a_transient_fault_is_applied_exactly_once(
+    store, proxy, action, kwargs
+):
     proxy.add(action, method="PUT", **kwargs)
     version = store.put("k", b"value-1", if_absent=True)
     assert store.get("k").value == b"value-1"
@@ -67,7 +78,7 @@ def test_a_conditional_put_whose_reply_was_lost_is_recognised_as_our_own(store, 
 
     proxy.add("reset_after_forward", method="PUT")
     v2 = store.put("k", b"second write", if_version=version)
-    assert store.get("k") .value == b"second write" and store.get("k").version == v2
+    assert store.get("k").value == b"second write" and store.get("k").version == v2
 
 
 def test_a_real_conflict_stays_a_conflict_even_after_retries(store, proxy):
@@ -103,7 +114,9 @@ def test_slow_responses_time_out_and_a_down_store_is_unavailable_then_recovers(s
     assert store.get("k").value == b"v"
 
 
-def test_sidecar_reports_not_serving_while_the_store_is_down_and_recovers(start_sidecar, proxy, bucket):
+def test_sidecar_reports_not_serving_while_the_store_is_down_and_recovers(
+    start_sidecar, proxy, bucket
+):
     uri = s3_uri(proxy.url, bucket) + "&connect_timeout=1&read_timeout=1"
     sc = start_sidecar(uri, store_probe_interval=0.2)
     memory = sc.memory

@@ -34,7 +34,12 @@ def authed(start_sidecar, tmp_path):
 
 @pytest.mark.parametrize(
     "metadata",
-    [None, [("authorization", "Bearer wrong")], [("authorization", TOKEN)], [("authorization", f"Bearer {TOKEN}x")]],
+    [
+        None,
+        [("authorization", "Bearer wrong")],
+        [("authorization", TOKEN)],
+        [("authorization", f"Bearer {TOKEN}x")],
+    ],
     ids=["none", "wrong", "no-scheme", "longer"],
 )
 def test_requests_without_the_right_token_are_unauthenticated(authed, metadata):
@@ -77,7 +82,9 @@ def _cert(subject_cn, key, issuer_cert=None, issuer_key=None, *, ca=False, san=N
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
     )
     if san:
-        builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName(san)]), critical=False)
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName([x509.DNSName(san)]), critical=False
+        )
     return builder.sign(issuer_key or key, hashes.SHA256())
 
 
@@ -98,7 +105,13 @@ def pki(tmp_path):
     cli_key = _key()
     cli = _cert("agent", cli_key, ca, ca_key)
     files = {}
-    for name, obj in {"ca": ca, "srv": srv, "srv_key": srv_key, "cli": cli, "cli_key": cli_key}.items():
+    for name, obj in {
+        "ca": ca,
+        "srv": srv,
+        "srv_key": srv_key,
+        "cli": cli,
+        "cli_key": cli_key,
+    }.items():
         path = tmp_path / f"{name}.pem"
         path.write_bytes(_pem(obj))
         files[name] = path
@@ -111,7 +124,9 @@ def _tls_channel(address, pki, client_cert=True):
         private_key=pki["cli_key"].read_bytes() if client_cert else None,
         certificate_chain=pki["cli"].read_bytes() if client_cert else None,
     )
-    return grpc.secure_channel(address, creds, options=[("grpc.ssl_target_name_override", "localhost")])
+    return grpc.secure_channel(
+        address, creds, options=[("grpc.ssl_target_name_override", "localhost")]
+    )
 
 
 def test_tls(start_sidecar, pki):
@@ -132,7 +147,10 @@ def test_mtls_requires_a_client_certificate(start_sidecar, pki):
     )
     with _tls_channel(sc.address, pki, client_cert=True) as ch:
         _list(ch)
-    with _tls_channel(sc.address, pki, client_cert=False) as ch, pytest.raises(grpc.RpcError) as err:
+    with (
+        _tls_channel(sc.address, pki, client_cert=False) as ch,
+        pytest.raises(grpc.RpcError) as err,
+    ):
         _list(ch)
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE
 

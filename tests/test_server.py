@@ -17,7 +17,9 @@ from tests.conftest import free_port, wait_serving
 def test_serves_health_within_two_seconds_and_stops_on_sigterm(spawn_sidecar, tmp_path):
     started = time.monotonic()
     sc = spawn_sidecar("--store", f"lmdb://{tmp_path / 'data'}")
-    assert time.monotonic() - started < 2.0 + 1.0  # interpreter start included; bench measures precisely
+    assert (
+        time.monotonic() - started < 2.0 + 1.0
+    )  # interpreter start included; bench measures precisely
     r = sc.running()
     for service in ("", "ctxd.v1.ContextService", "ctxd.v1.MemoryService"):
         resp = r.health.Check(health_pb2.HealthCheckRequest(service=service))
@@ -30,7 +32,11 @@ def test_serves_health_within_two_seconds_and_stops_on_sigterm(spawn_sidecar, tm
 def test_reflection_lists_every_service(sidecar):
     stub = reflection_pb2_grpc.ServerReflectionStub(sidecar.channel)
     reqs = iter([reflection_pb2.ServerReflectionRequest(list_services="")])
-    services = {s.name for resp in stub.ServerReflectionInfo(reqs) for s in resp.list_services_response.service}
+    services = {
+        s.name
+        for resp in stub.ServerReflectionInfo(reqs)
+        for s in resp.list_services_response.service
+    }
     assert {
         "ctxd.v1.ContextService",
         "ctxd.v1.MemoryService",
@@ -42,7 +48,16 @@ def test_reflection_lists_every_service(sidecar):
 def test_unix_socket(tmp_path):
     sock = tmp_path / "ctxd.sock"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sidecar", "serve", "--listen", f"unix:{sock}", "--store", "memory://"],
+        [
+            sys.executable,
+            "-m",
+            "sidecar",
+            "serve",
+            "--listen",
+            f"unix:{sock}",
+            "--store",
+            "memory://",
+        ],
         stderr=subprocess.PIPE,
     )
     try:

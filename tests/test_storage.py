@@ -5,7 +5,6 @@ S3 endpoint that is down."""
 from __future__ import annotations
 
 import asyncio
-
 import re
 import signal
 import socket

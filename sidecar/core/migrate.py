@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from sidecar.core.contexts.persistence import HEADS, ContextStore, head_key
 from sidecar.core.errors import Conflict, CtxdError
 from sidecar.core.keyindex import KeyIndex
-from sidecar.core.memory import NAMESPACE as MEMORY, decode_record
+from sidecar.core.memory import NAMESPACE as MEMORY
+from sidecar.core.memory import decode_record
 from sidecar.core.storage import Storage
 
 PAGE = 500
@@ -116,7 +117,7 @@ class Migration:
             copied.append(name)
         self.report.memory_keys = len(copied)
         present = 0
-        async for name in self._names(dst_index):
+        async for _ in self._names(dst_index):
             present += 1
         if present < len(copied):
             self.report.mismatches.append(
@@ -140,8 +141,10 @@ class Migration:
             await dst_index.add(cid)
             await self._copy(head_key(cid), head_item.value)
             copy = await self.dst_contexts.restore(cid)
-            if copy is None or copy.version != state.version or len(copy.messages) != len(
-                state.messages
+            if (
+                copy is None
+                or copy.version != state.version
+                or len(copy.messages) != len(state.messages)
             ):
                 got = "missing" if copy is None else f"v{copy.version}/{len(copy.messages)} msgs"
                 self.report.mismatches.append(

@@ -75,7 +75,9 @@ class Storage:
         limit = self.store.max_key_bytes
         if limit is not None and len(full.encode()) > limit:
             room = limit - len(self.namespace.encode())
-            raise InvalidArgument("key", f"too long for the {self.backend} store (at most {room} bytes of UTF-8)")
+            raise InvalidArgument(
+                "key", f"too long for the {self.backend} store (at most {room} bytes of UTF-8)"
+            )
         return full
 
     def key_room(self, reserved: int = 0) -> int | None:
@@ -179,7 +181,9 @@ class Storage:
         if if_version is not None and (current is None or current.version != if_version):
             raise Conflict("the record changed since it was read; re-read and retry")
 
-    async def list(self, prefix: str, *, start_after: str = "", limit: int | None = None) -> list[str]:
+    async def list(
+        self, prefix: str, *, start_after: str = "", limit: int | None = None
+    ) -> list[str]:
         """Relative keys under ``prefix``. Only on stores with LIST: callers
         check :attr:`can_list` and use :class:`sidecar.core.keyindex.KeyIndex`
         otherwise."""

@@ -10,8 +10,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from sidecar.api.ctxd.v1 import context_pb2, context_pb2_grpc, memory_pb2, memory_pb2_grpc
 from sidecar import metrics
+from sidecar.api.ctxd.v1 import context_pb2, context_pb2_grpc, memory_pb2, memory_pb2_grpc
 from sidecar.config import Config
 from sidecar.core.errors import CtxdError
 from sidecar.core.storage import Storage
@@ -104,7 +104,11 @@ class Sidecar:
                 ok = False
             if ok != self._store_ok and not self._stopped.is_set():
                 self._store_ok = ok
-                state = health_pb2.HealthCheckResponse.SERVING if ok else health_pb2.HealthCheckResponse.NOT_SERVING
+                state = (
+                    health_pb2.HealthCheckResponse.SERVING
+                    if ok
+                    else health_pb2.HealthCheckResponse.NOT_SERVING
+                )
                 for name in SERVICE_NAMES:
                     await self.health.set(name, state)
                 if ok:
