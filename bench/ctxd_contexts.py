@@ -2,7 +2,7 @@
 
 Workload (the same as ``bench.peers``): every turn is one user message and one
 assistant message of 1 KB of text each. A real ctxd runs in a child process
-(``python -m bench.ctxd_contexts serve``) on
+(``python -m bench.ctxd_server``) on
 
 * LMDB (fsync on every commit), and
 * S3 served by moto (``ThreadedMotoServer`` in this process, real HTTP).
@@ -33,12 +33,8 @@ one keeps busy, so most of it happens after the measurement.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import logging
 import math
-import sys
-import threading
 import time
 from collections.abc import Iterator
 
@@ -132,11 +128,11 @@ class Bench:
 
 
 def _sidecar_cmd(store: str, *settings: str) -> list[str]:
-    args = ["serve", "--store", store]
+    args = ["--store", store]
     # The workload measures appends to long histories: no automatic compaction.
     for s in ("contexts.auto_compact=false", *settings):
         args += ["--set", s]
-    return python_module_cmd("bench.ctxd_contexts", *args)
+    return python_module_cmd("bench.ctxd_server", *args)
 
 
 def _channel(port: str):
@@ -256,49 +252,3 @@ def contexts_s3(ctx: Context) -> Iterator[Result]:
 
 
 # -- server mode ---------------------------------------------------------------------
-def serve(argv: list[str]) -> int:
-    """Run a real ctxd on an ephemeral port; print the port; stop on stdin EOF."""
-    import os
-
-    ap = argparse.ArgumentParser(prog="python -m bench.ctxd_contexts serve")
-    ap.add_argument("--store", required=True)
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    args = ap.parse_args(argv)
-
-    from sidecar import config, logs
-    from sidecar.server.app import Sidecar
-
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
-    overrides = dict(item.split("=", 1) for item in args.set)
-    overrides |= {"store": args.store, "listen": "127.0.0.1:0"}
-    cfg = config.load(env={}, overrides=overrides)
-    logs.setup("WARNING", "text")
-
-    async def main() -> None:
-        sidecar = Sidecar(cfg)
-        address = await sidecar.start()
-        print(address.rsplit(":", 1)[1], flush=True)
-        loop = asyncio.get_running_loop()
-        eof = asyncio.Event()
-
-        def wait_eof() -> None:
-            try:
-                while sys.stdin.buffer.read(4096):
-                    pass
-            except (OSError, ValueError):
-                pass
-            loop.call_soon_threadsafe(eof.set)
-
-        threading.Thread(target=wait_eof, daemon=True).start()
-        await eof.wait()
-        await sidecar.stop(grace=1)
-
-    asyncio.run(main())
-    return 0
-
-
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["serve"]:
-        sys.exit(serve(sys.argv[2:]))
-    sys.exit("usage: python -m bench.ctxd_contexts serve --store URI [--set KEY=VALUE]")

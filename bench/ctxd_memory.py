@@ -15,18 +15,15 @@ same synchronous client style and deadline as ``bench.floor_grpc``:
 The ``memory.floor.*`` rows repeat the ``grpc``/``lmdb`` floors right before
 the ctxd rows (same machine state, same scratch filesystem), so the ratios
 hold even when this group runs alone and on a machine whose load drifts.
-Run the server alone with ``python -m bench.ctxd_memory serve --store URI`` (prints the
-port, serves until stdin closes).
+The server is ``python -m bench.ctxd_server`` (prints its port, serves until
+stdin closes).
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import gc
 import itertools
 import os
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -82,8 +79,7 @@ def ctxd_memory(ctx: Context) -> Iterator[Result]:
     floor_dir = ctx.tmpdir(prefix="bench-mem-floor-")
     data = ctx.tmpdir(prefix="bench-mem-ctxd-")
     serve_cmd = python_module_cmd(
-        "bench.ctxd_memory",
-        "serve",
+        "bench.ctxd_server",
         "--store",
         f"lmdb://{data}?map_size=1GiB",
         "--set",
@@ -211,45 +207,3 @@ def ctxd_memory(ctx: Context) -> Iterator[Result]:
 
 
 # -- server mode ---------------------------------------------------------------------
-def serve(argv: list[str]) -> int:
-    """Run a real ctxd on an ephemeral port; print the port; stop on stdin EOF."""
-    ap = argparse.ArgumentParser(prog="python -m bench.ctxd_memory serve")
-    ap.add_argument("--store", required=True)
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    args = ap.parse_args(argv)
-
-    from sidecar import config, logs
-    from sidecar.server.app import Sidecar
-
-    overrides = dict(item.split("=", 1) for item in args.set)
-    overrides |= {"store": args.store, "listen": "127.0.0.1:0"}
-    cfg = config.load(env={}, overrides=overrides)
-    logs.setup("WARNING", "text")
-
-    async def main() -> None:
-        sidecar = Sidecar(cfg)
-        address = await sidecar.start()
-        print(address.rsplit(":", 1)[1], flush=True)
-        loop = asyncio.get_running_loop()
-        eof = asyncio.Event()
-
-        def wait_eof() -> None:
-            try:
-                while sys.stdin.buffer.read(4096):
-                    pass
-            except (OSError, ValueError):
-                pass
-            loop.call_soon_threadsafe(eof.set)
-
-        threading.Thread(target=wait_eof, daemon=True).start()
-        await eof.wait()
-        await sidecar.stop(grace=1)
-
-    asyncio.run(main())
-    return 0
-
-
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["serve"]:
-        sys.exit(serve(sys.argv[2:]))
-    sys.exit("usage: python -m bench.ctxd_memory serve --store URI [--set KEY=VALUE]")

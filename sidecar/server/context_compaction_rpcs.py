@@ -8,8 +8,8 @@ protobuf out; the servicer provides ``self.compaction``.
 from __future__ import annotations
 
 from sidecar.api.ctxd.v1 import context_pb2 as pb
-from sidecar.core.compaction import Summary
 from sidecar.core.contexts.compaction import ApplyResult, Compactor, WatchEvent
+from sidecar.server.context_convert import summary_to_pb
 
 _EVENT_KINDS = {
     "turn": pb.CONTEXT_EVENT_KIND_TURN,
@@ -20,18 +20,6 @@ _EVENT_KINDS = {
     "preflight": pb.CONTEXT_EVENT_KIND_PREFLIGHT,
     "deleted": pb.CONTEXT_EVENT_KIND_DELETED,
 }
-
-
-def _summary_pb(s: Summary) -> pb.Summary:
-    return pb.Summary(
-        goals=s.goals,
-        decisions=s.decisions,
-        open=s.open,
-        facts=s.facts,
-        narrative=s.narrative,
-        covers_messages=s.covers_messages,
-        updated_ms=s.updated_ms,
-    )
 
 
 def _event_pb(ev: WatchEvent) -> pb.WatchContextResponse | None:
@@ -56,7 +44,7 @@ def _applied_pb(a: ApplyResult) -> pb.ApplyCompactionResponse:
         folded=a.folded,
         tokens_before=a.tokens_before,
         tokens_after=a.tokens_after,
-        summary=_summary_pb(a.summary),
+        summary=summary_to_pb(a.summary),
         evicted_skills=a.evicted_skills,
     )
 
@@ -102,7 +90,7 @@ class CompactionRpcs:
             resp.folded = a.folded
             resp.tokens_before = a.tokens_before
             resp.tokens_after = a.tokens_after
-            resp.summary.CopyFrom(_summary_pb(a.summary))
+            resp.summary.CopyFrom(summary_to_pb(a.summary))
         return resp
 
     async def WatchContext(self, request: pb.WatchContextRequest, context):

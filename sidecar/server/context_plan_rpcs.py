@@ -21,6 +21,7 @@ from sidecar.core.errors import InvalidArgument
 from sidecar.core.plan import Binding, BindingKind, PlanItemSpec, PlanStatus, RunOutcome
 from sidecar.core.prompt import PromptAssembler
 from sidecar.core.skills import SkillCatalogue
+from sidecar.server.context_convert import plan_to_pb
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +56,6 @@ def _spec(s: pb.PlanItemSpec) -> PlanItemSpec:
 
 
 def _plan_pb(plan) -> pb.Plan | None:
-    from sidecar.server.context_service import plan_to_pb  # the servicer imports this module
-
     return plan_to_pb(plan) if plan is not None else None
 
 
