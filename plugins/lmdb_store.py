@@ -176,8 +176,21 @@ class LmdbStore(Store):
         except lmdb.ReadonlyError:
             raise StoreError("LMDB environment is read-only") from None
         except lmdb.Error as exc:
+            if self._disk_full(exc):
+                raise StoreFull("the disk holding the LMDB environment is full") from None
             raise StoreError(f"LMDB write failed: {type(exc).__name__}") from None
         return outcomes
+
+    def _disk_full(self, exc: lmdb.Error) -> bool:
+        """LMDB reports a full disk in several shapes (ENOSPC on commit, EIO
+        when a page cannot be written); the file system's free space decides."""
+        if "No space left" in str(exc):
+            return True
+        try:
+            fs = os.statvfs(self.path)
+        except OSError:
+            return False
+        return fs.f_bavail * fs.f_frsize < 1 << 20
 
     # -- lifecycle ------------------------------------------------------------
     def flush(self) -> None:

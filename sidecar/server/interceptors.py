@@ -9,9 +9,10 @@ import time
 import uuid
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from sidecar import metrics
-from sidecar.core.errors import CtxdError
+from sidecar.core.errors import CtxdError, InvalidArgument
 from sidecar.server import status
 
 log = logging.getLogger(__name__)
@@ -104,15 +105,29 @@ def _record(name: str, started: float, code: str) -> None:
     metrics.RPC_LATENCY.labels(name, code).observe(time.perf_counter() - started)
 
 
+def _decode(decode, raw: bytes):
+    """Parse the request here rather than in gRPC, so bytes that are not the
+    method's message get INVALID_ARGUMENT instead of a framework error."""
+    if decode is None:
+        return raw
+    try:
+        return decode(raw)
+    except DecodeError:
+        raise InvalidArgument(
+            "request", "is not a valid protobuf message for this method"
+        ) from None
+
+
 def _wrap(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
     name = method.rsplit("/", 1)[-1]
+    decode = handler.request_deserializer
     if handler.unary_unary:
         inner = handler.unary_unary
 
-        async def unary_unary(request, context):
+        async def unary_unary(raw, context):
             started = time.perf_counter()
             try:
-                reply = await inner(request, context)
+                reply = await inner(_decode(decode, raw), context)
             except grpc.aio.AbortError:
                 _record(name, started, _code_of(context))
                 raise
@@ -125,17 +140,15 @@ def _wrap(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
             return reply
 
         return grpc.unary_unary_rpc_method_handler(
-            unary_unary,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
+            unary_unary, response_serializer=handler.response_serializer
         )
     if handler.unary_stream:
         inner_stream = handler.unary_stream
 
-        async def unary_stream(request, context):
+        async def unary_stream(raw, context):
             started = time.perf_counter()
             try:
-                async for item in inner_stream(request, context):
+                async for item in inner_stream(_decode(decode, raw), context):
                     yield item
             except grpc.aio.AbortError:
                 _record(name, started, _code_of(context))
@@ -148,8 +161,6 @@ def _wrap(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
             _record(name, started, "OK")
 
         return grpc.unary_stream_rpc_method_handler(
-            unary_stream,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
+            unary_stream, response_serializer=handler.response_serializer
         )
     return handler
