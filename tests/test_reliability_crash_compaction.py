@@ -15,6 +15,7 @@ import pytest
 
 from sidecar.api.ctxd.v1 import context_pb2 as pb
 from sidecar.api.ctxd.v1 import context_pb2_grpc
+from tests.crashloop import kill_while_working
 from tests.test_crash_contexts import RETRYABLE, Appender
 
 KILLS = 10
@@ -102,21 +103,16 @@ def test_kill_9_during_compaction_loses_no_acknowledged_turn(spawn_sidecar, stor
     appender.start()
     compactor.start()
     kills = 0
-    started = time.monotonic()
     try:
-        while kills < KILLS and time.monotonic() - started < BUDGET:
-            seen = (len(appender.acked), compactor.calls)
-            deadline = time.monotonic() + 30
-            while (
-                (len(appender.acked), compactor.calls) == seen
-                and appender.is_alive()
-                and time.monotonic() < deadline
-            ):
-                time.sleep(0.005)
-            time.sleep(rng.uniform(0.0, 0.4))
-            sc.kill()
-            kills += 1
-            sc.start(timeout=60)
+        kills = kill_while_working(
+            sc,
+            lambda: (len(appender.acked), compactor.calls),
+            appender.is_alive,
+            rng,
+            kills=KILLS,
+            budget=BUDGET,
+            max_pause=0.4,
+        )
         time.sleep(0.3)
     finally:
         appender.stop.set()

@@ -15,6 +15,7 @@ import pytest
 
 from sidecar.api.ctxd.v1 import memory_pb2 as pb
 from sidecar.api.ctxd.v1 import memory_pb2_grpc
+from tests.crashloop import kill_while_working
 from tests.memory_helpers import list_all
 
 KILLS = 12
@@ -115,17 +116,10 @@ def test_kill_9_during_memory_writes_loses_no_acknowledged_write(
     writer = Writer(sc.address, seed)
     writer.start()
     kills = 0
-    started = time.monotonic()
     try:
-        while kills < KILLS and time.monotonic() - started < BUDGET:
-            seen = writer.ops
-            deadline = time.monotonic() + 30
-            while writer.ops == seen and writer.is_alive() and time.monotonic() < deadline:
-                time.sleep(0.005)
-            time.sleep(rng.uniform(0.0, 0.3))
-            sc.kill()  # SIGKILL
-            kills += 1
-            sc.start(timeout=60)
+        kills = kill_while_working(
+            sc, lambda: writer.ops, writer.is_alive, rng, kills=KILLS, budget=BUDGET
+        )
         time.sleep(0.2)
     finally:
         writer.stop.set()

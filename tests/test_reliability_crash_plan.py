@@ -14,6 +14,7 @@ import pytest
 
 from sidecar.api.ctxd.v1 import context_pb2 as pb
 from sidecar.api.ctxd.v1 import context_pb2_grpc
+from tests.crashloop import kill_while_working
 
 KILLS = 10
 BUDGET = 30.0
@@ -166,17 +167,10 @@ def test_kill_9_during_plan_updates_loses_no_acknowledged_change(
     planner = Planner(sc.address, base, seed)
     planner.start()
     kills = 0
-    started = time.monotonic()
     try:
-        while kills < KILLS and time.monotonic() - started < BUDGET:
-            seen = planner.ops
-            deadline = time.monotonic() + 30
-            while planner.ops == seen and planner.is_alive() and time.monotonic() < deadline:
-                time.sleep(0.005)
-            time.sleep(rng.uniform(0.0, 0.3))
-            sc.kill()
-            kills += 1
-            sc.start(timeout=60)
+        kills = kill_while_working(
+            sc, lambda: planner.ops, planner.is_alive, rng, kills=KILLS, budget=BUDGET
+        )
         time.sleep(0.2)
     finally:
         planner.stop.set()
