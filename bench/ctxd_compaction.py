@@ -133,7 +133,7 @@ def compaction_suite(ctx: Context) -> Iterator[Result]:
     def settle(cid: str) -> None:
         """Let the background checkpoint the growing turns started finish, so
         the sample measures plan+apply rather than a concurrent segment write."""
-        service = sc.sidecar.contexts.service
+        service = sc.sidecar.domain.contexts
         asyncio.run_coroutine_threadsafe(service.checkpoint_now(cid), sc.loop).result(60)
 
     for mark, n in ((100_000, ctx.pick(30, 5)), (1_000_000, ctx.pick(10, 3))):

@@ -61,3 +61,10 @@ def serve(address: str) -> None:
     """Start the metrics HTTP endpoint (``host:port``) in a daemon thread."""
     host, _, port = address.rpartition(":")
     start_http_server(int(port), addr=host or "127.0.0.1")
+
+
+class PrometheusObserver:
+    """The domain's observers (:mod:`sidecar.core.observe`) as Prometheus metrics."""
+
+    def compaction(self, trigger: str, result: str) -> None:
+        COMPACTIONS.labels(trigger, result).inc()

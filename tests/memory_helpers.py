@@ -80,7 +80,7 @@ class Clock:
 
 def memory_core(running):
     """The StoreMemory backend of an in-process sidecar."""
-    return running.extra["sidecar"].memory.core.backend
+    return running.extra["sidecar"].domain.memory.backend
 
 
 def use_clock(running) -> Clock:

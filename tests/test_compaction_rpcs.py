@@ -248,7 +248,7 @@ def test_apply_evicts_skills_the_kept_window_no_longer_references(start_sidecar,
     sc = start_sidecar(uri)
     append(sc, "sk", user("use @skill:alpha and @skill:beta"), assistant("ok"))
     handle = sc.extra["handle"]
-    service = sc.extra["sidecar"].contexts.service
+    service = sc.extra["sidecar"].domain.contexts
 
     def load(st):
         return {"op": "skills", "refs": [["alpha", "a" * 64], ["beta", "b" * 64]]}
@@ -386,13 +386,13 @@ class Watcher:
 
     def __init__(self, sc, cid: str) -> None:
         self.events: queue.Queue = queue.Queue()
-        compactor = sc.extra["sidecar"].contexts.compaction
-        known = len(compactor._subs.get(cid, ()))
+        feed = sc.extra["sidecar"].domain.contexts.feed
+        known = feed.watchers(cid)
         self.call = sc.contexts.WatchContext(pb.WatchContextRequest(context_id=cid))
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 10
-        while len(compactor._subs.get(cid, ())) <= known:
+        while feed.watchers(cid) <= known:
             assert time.monotonic() < deadline, "watch did not start"
             time.sleep(0.01)
 
@@ -478,12 +478,12 @@ def test_automatic_compaction_backs_off_and_stops(start_sidecar, store_uri_for, 
         big_turn(sc, "bo", 100 + j)
     time.sleep(0.3)
     assert len(fake_openai.requests) == calls
-    compactor = sc.extra["sidecar"].contexts.compaction
-    assert compactor.backoff_status("bo").stopped
+    auto = sc.extra["sidecar"].domain.auto
+    assert auto.backoff_status("bo").stopped
     # A manual compaction that works resets the back-off.
     fake_openai.mode = "json"
     assert compact(sc, "bo", keep_last=2).compacted
-    assert compactor.backoff_status("bo").failures == 0
+    assert auto.backoff_status("bo").failures == 0
     w.close()
 
 

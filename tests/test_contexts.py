@@ -324,10 +324,12 @@ def test_record_usage_calibrates_the_estimate(sidecar):
 
 
 # -- the slice ------------------------------------------------------------------------------------
-@ops.op("test.set_summary")
 def _set_summary(state, rec):
     state.summary.facts = list(rec["facts"])
     state.refresh_blocks()
+
+
+ops.register(ops.Op("test.set_summary", _set_summary))
 
 
 def test_slice_puts_summary_then_transcript(start_sidecar, store_uri_for):
@@ -338,7 +340,7 @@ def test_slice_puts_summary_then_transcript(start_sidecar, store_uri_for):
     assert [m.id for m in sl.slice] == ["m1", "m2"]
     assert not sl.HasField("context")
 
-    service = r.extra["sidecar"].contexts.service
+    service = r.extra["sidecar"].domain.contexts
     before = info(c, "s").est_tokens
     r.extra["handle"].call(
         service.change("s", lambda st: {"op": "test.set_summary", "facts": ["the sky is blue"]})

@@ -30,7 +30,7 @@ def run(r, coro):
 
 
 def service_of(r):
-    return r.extra["sidecar"].contexts.service
+    return r.extra["sidecar"].domain.contexts
 
 
 def stored(r, key: str):
@@ -232,12 +232,12 @@ def test_idle_conversations_are_archived(start_sidecar, store_uri_for, backend):
     clock.now += 3_000_000
     append(c, "busy", user("recent"))
     clock.now += 1_000_000  # idle: 4000 s, busy: 1000 s
-    assert run(r, svc.expire_idle()) == 1
+    assert run(r, r.extra["sidecar"].domain.expiry.expire_idle()) == 1
     assert [i.id for i in list_all(c)] == ["busy", "root"]
     archived = {i.id: i for i in list_all(c, include_archived=True)}
     assert archived["idle"].archived and not archived["busy"].archived
     assert texts(full(c, "idle")) == ["old"]  # kept and readable
-    assert run(r, svc.expire_idle()) == 0  # already archived
+    assert run(r, r.extra["sidecar"].domain.expiry.expire_idle()) == 0  # already archived
     # Durable: a fresh sidecar on the same store sees it archived too.
     if backend.startswith("s3"):
         other = start_sidecar(uri).contexts
@@ -259,10 +259,10 @@ def test_idle_conversations_are_deleted_when_configured(start_sidecar, store_uri
     clock.now += 30_000
     append(c, "b", user("still here"))
     clock.now += 40_000  # a: 70 s idle, b: 40 s
-    assert run(r, svc.expire_idle()) == 1
+    assert run(r, r.extra["sidecar"].domain.expiry.expire_idle()) == 1
     assert rpc_error(info, c, "a").code() == grpc.StatusCode.NOT_FOUND
     assert [i.id for i in list_all(c)] == ["b", "root"]
     clock.now += 10_000_000
-    assert run(r, svc.expire_idle()) == 1
+    assert run(r, r.extra["sidecar"].domain.expiry.expire_idle()) == 1
     assert [i.id for i in list_all(c)] == ["root"]
     assert full(c, "root").version == 1

@@ -9,7 +9,7 @@ import pytest
 
 from sidecar.api.ctxd.v1 import context_pb2 as pb
 from tests.mcp_skills_server import write_skill
-from tests.test_skills_rpcs import lmdb_uri, refresh, say, servicer, skills, start, wait_for
+from tests.test_skills_rpcs import domain, lmdb_uri, refresh, say, skills, start, wait_for
 
 TTL = 600.0
 
@@ -38,7 +38,7 @@ def render(stub, cid: str = "conv-1", agent: str = "") -> pb.RenderPromptRespons
 
 def with_clock(sc) -> Clock:
     clock = Clock()
-    servicer(sc).prompts.clock = clock
+    domain(sc).prompts.clock = clock
     return clock
 
 
@@ -137,7 +137,7 @@ def test_prefix_rebuilt_after_idle_ttl(start_sidecar, tmp_path):
 def test_render_errors_and_delete_forgets_the_prefix(start_sidecar, tmp_path):
     sc = start_sidecar(lmdb_uri(tmp_path))
     stub = sc.contexts
-    prompts = servicer(sc).prompts
+    prompts = domain(sc).prompts
     say(stub, "hello")
     render(stub)
     render(stub, agent="helper")

@@ -75,13 +75,13 @@ def start(start_sidecar, uri: str, root: Path, min_skills: int = 4, **settings):
     return sc
 
 
-def servicer(sc):
-    return sc.extra["handle"].sidecar.contexts
+def domain(sc):
+    return sc.extra["handle"].sidecar.domain
 
 
 def refresh(sc) -> None:
     handle = sc.extra["handle"]
-    handle.call(servicer(sc).catalogue.refresh(CONNECT_TIMEOUT), timeout=CONNECT_TIMEOUT + 5)
+    handle.call(domain(sc).catalogue.refresh(CONNECT_TIMEOUT), timeout=CONNECT_TIMEOUT + 5)
 
 
 def say(stub, text: str, cid: str = "conv-1", **kw) -> pb.AppendTurnResponse:
@@ -116,14 +116,16 @@ def test_skill_references_in_a_turn_are_loaded(start_sidecar, tmp_path, skills_d
     got = {s.name: s.hash for s in r.loaded_skills}
     assert set(got) == {"deploy", "review"}
     assert got["review"] == sha(body_of(skills_dir / "resources" / "review.md"))
-    # The turn (v1) and the follow-up skills change (v2): the reply names the latest.
-    assert r.version == 2
+    # The turn and the skills it loads are one versioned change.
+    assert r.version == 1
+    ctx = stub.GetContext(pb.GetContextRequest(context_id="conv-1")).context
+    assert ctx.version == 1 and {s.name: s.hash for s in ctx.skills} == got
     assert loaded(stub) == got
 
     # Referenced again with nothing changed: nothing to load, one version for the turn.
     r = say(stub, "again @skill:deploy")
     assert list(r.loaded_skills) == [] and list(r.unknown_skills) == []
-    assert r.version == 3
+    assert r.version == 2
 
     # An assistant or system message references skills too; tool results do not.
     r = stub.AppendTurn(
@@ -201,7 +203,7 @@ def test_load_unload_and_caps(start_sidecar, tmp_path, skills_dir):
 
 async def cached_body(sc, digest: str) -> str:
     """The body the catalogue cached under ``digest`` (read on the sidecar's loop)."""
-    return servicer(sc).catalogue.bodies.get(digest)
+    return domain(sc).catalogue.bodies.get(digest)
 
 
 def test_changed_skill_shows_a_new_hash(start_sidecar, tmp_path, skills_dir):

@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from sidecar.api.ctxd.v1 import context_pb2 as pb
-from sidecar.core.contexts.compaction import Subscription, WatchEvent
+from sidecar.core.contexts.events import Subscription, WatchEvent
 from tests.test_compaction_rpcs import Watcher, append, apply, plan, tool_turn, user
 
 K = pb.ContextEventKind
@@ -48,18 +48,18 @@ def test_watch_streams_turns_plans_compactions_and_ends_on_delete(start_sidecar,
     assert ev.kind == pb.CONTEXT_EVENT_KIND_DELETED
     assert w.next() is None  # the stream ended cleanly (no error)
     w.thread.join(5)
-    assert not sc.extra["sidecar"].contexts.compaction._subs
+    assert not sc.extra["sidecar"].domain.contexts.feed.watched
 
 
 def test_watch_ends_when_the_client_cancels(start_sidecar, uri):
     sc = start_sidecar(uri)
     append(sc, "c", user("hi"))
-    compactor = sc.extra["sidecar"].contexts.compaction
+    feed = sc.extra["sidecar"].domain.contexts.feed
     watchers = [Watcher(sc, "c") for _ in range(2)]
-    assert len(compactor._subs["c"]) == 2
+    assert feed.watchers("c") == 2
     watchers[0].close()
     deadline = time.monotonic() + 10
-    while len(compactor._subs.get("c", ())) != 1:
+    while feed.watchers("c") != 1:
         assert time.monotonic() < deadline, "cancelled watcher still subscribed"
         time.sleep(0.01)
     append(sc, "c", user("again"))

@@ -41,13 +41,13 @@ import asyncio
 import bisect
 import json
 import logging
-import os
 import random
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from sidecar.core import faults
 from sidecar.core.errors import Conflict, FailedPrecondition, Unavailable
 from sidecar.core.storage import Storage
 from sidecar.store import Item
@@ -61,18 +61,6 @@ DEFAULT_GRACE_SECONDS = 300.0
 MAX_CAS_ATTEMPTS = 50
 #: Values read concurrently while verifying index entries on remote stores.
 READ_CONCURRENCY = 16
-
-_CRASH_POINT = os.environ.get("CTXD_CRASH_POINT", "")
-
-
-def crash_point(name: str) -> None:
-    """Exit the process at once when ``CTXD_CRASH_POINT`` names this point.
-
-    Lets crash-consistency tests stop a real sidecar between two writes
-    (e.g. ``memory.after_index_add``). A no-op unless the variable is set.
-    """
-    if _CRASH_POINT and _CRASH_POINT == name:
-        os._exit(70)
 
 
 class KeyIndex:
@@ -128,14 +116,14 @@ class KeyIndex:
             return True
 
         await self._apply(op)
-        crash_point(f"{self.namespace}.after_index_add")
+        faults.crash_point(f"{self.namespace}.after_index_add")
 
     async def remove(self, name: str) -> None:
         """Drop ``name`` after its value was deleted (kept while another
         process may still be writing it; readers drop it later)."""
         if not self.active:
             return
-        crash_point(f"{self.namespace}.before_index_remove")
+        faults.crash_point(f"{self.namespace}.before_index_remove")
         writer = self.writer
 
         def op(entries: dict[str, Any], now: int) -> bool:

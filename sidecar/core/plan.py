@@ -44,8 +44,6 @@ Implicit transitions:
 from __future__ import annotations
 
 import copy
-import json
-import math
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -55,6 +53,7 @@ from typing import Any
 
 from sidecar.config import PlanConfig
 from sidecar.core.errors import FailedPrecondition, InvalidArgument, LimitExceeded, NotFound
+from sidecar.core.jsonvalue import parse_json
 
 #: Caller-chosen item ids: 1-64 characters of this set.
 ITEM_ID_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -527,34 +526,6 @@ def _next_id(used: set[str]) -> str:
 # -- preflight ------------------------------------------------------------------------------
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate key {key!r}")
-        out[key] = value
-    return out
-
-
-def _depth(value: Any, limit: int) -> int:
-    """Nesting depth, iteratively (a deep document must not blow the stack)."""
-    deepest = 0
-    stack = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, dict | list):
-            deepest = max(deepest, depth)
-            if deepest > limit:
-                return deepest
-            children = node.values() if isinstance(node, dict) else node
-            stack.extend((child, depth + 1) for child in children)
-    return deepest
-
-
 @dataclass(frozen=True)
 class Preflight:
     """A validated preflight verdict: the text as sent and its parsed object."""
@@ -572,8 +543,8 @@ def validate_preflight(
 ) -> Preflight:
     """Check a preflight verdict: a JSON object, strict, within the size cap.
 
-    Strict means: no NaN / Infinity, no duplicate keys, no trailing data, at
-    most ``max_depth`` levels. The text is kept as sent (key order is the
+    Strict means the one JSON rule (:mod:`sidecar.core.jsonvalue`) and no
+    duplicate keys, numbers within a double's range. The text is kept as sent (key order is the
     caller's); the size cap counts its UTF-8 bytes.
     """
     if not isinstance(verdict_json, str) or not verdict_json.strip():
@@ -585,30 +556,8 @@ def validate_preflight(
             max_bytes,
             f"{field_name} is {size} bytes; the limit is {max_bytes} (plan.max_preflight_bytes)",
         )
-    try:
-        value = json.loads(
-            verdict_json, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates
-        )
-    except RecursionError:
-        raise InvalidArgument(field_name, f"nests deeper than {max_depth} levels") from None
-    except ValueError as exc:
-        raise InvalidArgument(field_name, f"is not valid JSON: {exc}") from None
+    value = parse_json(verdict_json, field=field_name, max_depth=max_depth, strict=True)
     if not isinstance(value, dict):
-        raise InvalidArgument(field_name, f"must be a JSON object, not {type(value).__name__}")
-    if _depth(value, max_depth) > max_depth:
-        raise InvalidArgument(field_name, f"nests deeper than {max_depth} levels")
-    _check_floats(value, field_name)
+        kind = "an array" if isinstance(value, list) else "a scalar"
+        raise InvalidArgument(field_name, f"must be a JSON object, not {kind}")
     return Preflight(json_text=verdict_json, value=value)
-
-
-def _check_floats(value: Any, field_name: str) -> None:
-    # parse_constant catches the NaN/Infinity literals; 1e999 parses to inf.
-    stack = [value]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, float) and not math.isfinite(node):
-            raise InvalidArgument(field_name, "numbers must be finite")
-        if isinstance(node, dict):
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)

@@ -14,11 +14,9 @@ from sidecar import metrics
 from sidecar.api.ctxd.v1 import context_pb2, context_pb2_grpc, memory_pb2, memory_pb2_grpc
 from sidecar.config import Config
 from sidecar.core.errors import CtxdError
-from sidecar.core.storage import Storage
-from sidecar.plugins import open_store, plugin_manager
-from sidecar.server.context_service import ContextServicer
+from sidecar.plugins import plugin_manager
+from sidecar.server import composition
 from sidecar.server.interceptors import AuthInterceptor, ServiceInterceptor
-from sidecar.server.memory_service import MemoryServicer
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +42,9 @@ class Sidecar:
     async def start(self) -> str:
         """Open the store and start serving; return the bound address."""
         cfg = self.config
-        pm = plugin_manager()
-        store = await asyncio.to_thread(open_store, cfg.store, pm)
-        self.storage = Storage(store, prefix=cfg.prefix, instance=cfg.instance)
-        self.memory = MemoryServicer(cfg, self.storage, pm)
-        self.contexts = ContextServicer(cfg, self.storage, pm)
+        self.domain = await composition.build(cfg, plugin_manager())
+        self.storage = self.domain.storage
+        self.contexts, self.memory = composition.servicers(self.domain)
 
         interceptors: list[grpc.aio.ServerInterceptor] = []
         token = read_token(cfg)
@@ -72,8 +68,7 @@ class Sidecar:
         self.address = self._bind(cfg.listen, server_credentials(cfg))
         if cfg.metrics_listen:
             metrics.serve(cfg.metrics_listen)
-        await self.memory.start()
-        await self.contexts.start()
+        await self.domain.start()
         await self.server.start()
         for name in ("", *SERVICE_NAMES):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -81,7 +76,11 @@ class Sidecar:
         self._probe = asyncio.create_task(self._watch_store(), name="store-probe")
         log.info(
             "serving",
-            extra={"address": self.address, "store": store.describe(), "instance": cfg.instance},
+            extra={
+                "address": self.address,
+                "store": self.storage.store.describe(),
+                "instance": cfg.instance,
+            },
         )
         return self.address
 
@@ -143,9 +142,7 @@ class Sidecar:
             self._probe.cancel()
         if self.server is not None:
             await self.server.stop(grace)
-        await self.contexts.stop()
-        await self.memory.stop()
-        await self.storage.close()
+        await self.domain.stop()
         log.info("stopped")
 
     async def wait_stopped(self) -> None:

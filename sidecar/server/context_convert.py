@@ -1,11 +1,13 @@
 """Protobuf <-> domain conversions for ``ctxd.v1.ContextService`` messages.
 
-Shared by the servicer and its RPC mixins; no rules live here.
+Used by :mod:`sidecar.server.context_service`; no rules live here.
 """
 
 from __future__ import annotations
 
 from sidecar.api.ctxd.v1 import context_pb2
+from sidecar.core.contexts.compaction import ApplyResult
+from sidecar.core.contexts.events import WatchEvent
 from sidecar.core.contexts.model import (
     ASSISTANT,
     CONVERSATION,
@@ -19,11 +21,13 @@ from sidecar.core.contexts.model import (
     Msg,
     ToolCall,
 )
+from sidecar.core.errors import InvalidArgument
+from sidecar.core.plan import Binding, BindingKind, PlanItemSpec, PlanStatus, RunOutcome
 
 pb = context_pb2
 
 _KIND_TO_PB = {ROOT: pb.CONTEXT_KIND_ROOT, CONVERSATION: pb.CONTEXT_KIND_CONVERSATION}
-_KIND_FROM_PB = {
+KIND_FROM_PB = {
     pb.CONTEXT_KIND_UNSPECIFIED: "",
     pb.CONTEXT_KIND_ROOT: ROOT,
     pb.CONTEXT_KIND_CONVERSATION: CONVERSATION,
@@ -192,3 +196,118 @@ def fill_slice_pb(out, st: ContextState) -> None:
     add = out.add
     for m in st.messages:
         fill_msg_pb(add(), m)
+
+
+# -- plan ----------------------------------------------------------------------------------
+_STATUS_FROM_PB = {
+    pb.PLAN_ITEM_STATUS_PENDING: PlanStatus.PENDING,
+    pb.PLAN_ITEM_STATUS_IN_PROGRESS: PlanStatus.IN_PROGRESS,
+    pb.PLAN_ITEM_STATUS_DONE: PlanStatus.DONE,
+    pb.PLAN_ITEM_STATUS_BLOCKED: PlanStatus.BLOCKED,
+    pb.PLAN_ITEM_STATUS_SKIPPED: PlanStatus.SKIPPED,
+}
+_BINDING_FROM_PB = {
+    pb.BINDING_KIND_RUN: BindingKind.RUN,
+    pb.BINDING_KIND_SUBAGENT: BindingKind.SUBAGENT,
+    pb.BINDING_KIND_TASK: BindingKind.TASK,
+}
+OUTCOME_FROM_PB = {
+    pb.RUN_OUTCOME_SUCCEEDED: RunOutcome.SUCCEEDED,
+    pb.RUN_OUTCOME_FAILED: RunOutcome.FAILED,
+    pb.RUN_OUTCOME_CANCELLED: RunOutcome.CANCELLED,
+}
+
+
+def binding_from_pb(b: pb.PlanBinding, field: str) -> Binding:
+    kind = _BINDING_FROM_PB.get(b.kind)
+    if kind is None:
+        raise InvalidArgument(f"{field}.kind", "must be RUN, SUBAGENT or TASK")
+    return Binding(kind, b.id)
+
+
+def _spec(s: pb.PlanItemSpec) -> PlanItemSpec:
+    return PlanItemSpec(title=s.title, detail=s.detail, id=s.id)
+
+
+def plan_or_none_pb(plan) -> pb.Plan | None:
+    return plan_to_pb(plan) if plan is not None else None
+
+
+def expected_version(request) -> int | None:
+    return request.expected_version if request.HasField("expected_version") else None
+
+
+def plan_edit_from_pb(request: pb.UpdatePlanRequest):
+    """The request's operation as a function of (planner, plan), validated up front."""
+    which = request.WhichOneof("op")
+    if which == "create":
+        c = request.create
+        specs = [_spec(s) for s in c.items]
+        return lambda planner, _plan: planner.create(c.goal, specs)
+    if which == "update":
+        u = request.update
+        status = None
+        if u.status != pb.PLAN_ITEM_STATUS_UNSPECIFIED:
+            status = _STATUS_FROM_PB.get(u.status)
+            if status is None:
+                raise InvalidArgument("update.status", f"unknown plan item status {u.status}")
+        bind = binding_from_pb(u.bind, "update.bind") if u.HasField("bind") else None
+        kwargs = {
+            "status": status,
+            "note": u.note if u.HasField("note") else None,
+            "title": u.title if u.HasField("title") else None,
+            "detail": u.detail if u.HasField("detail") else None,
+            "bind": bind,
+        }
+        return lambda planner, plan: planner.update(plan, u.item_id, **kwargs)
+    if which == "insert":
+        i = request.insert
+        if not i.HasField("item"):
+            raise InvalidArgument("insert.item", "must describe the new item")
+        spec = _spec(i.item)
+        return lambda planner, plan: planner.insert(plan, spec, i.position)
+    if which == "move":
+        m = request.move
+        return lambda planner, plan: planner.move(plan, m.item_id, m.position)
+    if which == "clear":
+        return lambda planner, plan: planner.clear(plan)
+    raise InvalidArgument("op", "set one of create, update, insert, move or clear")
+
+
+# -- compaction and events ------------------------------------------------------------------
+_EVENT_KINDS = {
+    "turn": pb.CONTEXT_EVENT_KIND_TURN,
+    "compaction": pb.CONTEXT_EVENT_KIND_COMPACTION,
+    "compaction_failed": pb.CONTEXT_EVENT_KIND_COMPACTION_FAILED,
+    "plan": pb.CONTEXT_EVENT_KIND_PLAN,
+    "skills": pb.CONTEXT_EVENT_KIND_SKILLS,
+    "preflight": pb.CONTEXT_EVENT_KIND_PREFLIGHT,
+    "deleted": pb.CONTEXT_EVENT_KIND_DELETED,
+}
+
+
+def event_pb(ev: WatchEvent) -> pb.WatchContextResponse | None:
+    kind = _EVENT_KINDS.get(ev.kind)
+    if kind is None:
+        return None
+    return pb.WatchContextResponse(
+        context_id=ev.context_id,
+        kind=kind,
+        version=ev.version,
+        ts_ms=ev.ts,
+        tokens_before=ev.tokens_before,
+        tokens_after=ev.tokens_after,
+        folded=ev.folded,
+        detail=ev.detail,
+    )
+
+
+def applied_pb(a: ApplyResult) -> pb.ApplyCompactionResponse:
+    return pb.ApplyCompactionResponse(
+        version=a.version,
+        folded=a.folded,
+        tokens_before=a.tokens_before,
+        tokens_after=a.tokens_after,
+        summary=summary_to_pb(a.summary),
+        evicted_skills=a.evicted_skills,
+    )

@@ -1,58 +1,67 @@
-"""gRPC adapter for ``ctxd.v1.ContextService`` over :mod:`sidecar.core.contexts`.
+"""gRPC adapter for ``ctxd.v1.ContextService``.
 
-Converts protobuf to domain objects and back; every rule lives in the
-domain (:class:`sidecar.core.contexts.ContextService`).
+Each method converts the request to domain terms (:mod:`.context_convert`),
+calls the use case the composition root handed in, and converts the answer
+back. Every rule lives in :mod:`sidecar.core.contexts`; domain errors become
+statuses in :mod:`sidecar.server.interceptors`.
 """
 
 from __future__ import annotations
 
-from sidecar.api.ctxd.v1 import context_pb2, context_pb2_grpc
-from sidecar.core.contexts import ContextService, TurnRequest
+from sidecar.api.ctxd.v1 import context_pb2 as pb
+from sidecar.api.ctxd.v1 import context_pb2_grpc
 from sidecar.core.contexts.compaction import Compactor
+from sidecar.core.contexts.deletion import Deletion
+from sidecar.core.contexts.listing import Listing
+from sidecar.core.contexts.planning import Planning
+from sidecar.core.contexts.service import ContextService
+from sidecar.core.contexts.skillset import SkillSet
+from sidecar.core.contexts.turns import TurnRequest, Turns
 from sidecar.core.errors import InvalidArgument
-from sidecar.plugins import summarisers
-from sidecar.server.context_compaction_rpcs import CompactionRpcs
 from sidecar.server.context_convert import (
-    _KIND_FROM_PB,
+    KIND_FROM_PB,
+    OUTCOME_FROM_PB,
+    applied_pb,
+    binding_from_pb,
+    event_pb,
+    expected_version,
     fill_context_pb,
     fill_slice_pb,
     info_to_pb,
     msg_from_pb,
+    plan_edit_from_pb,
+    plan_or_none_pb,
+    summary_to_pb,
 )
-from sidecar.server.context_plan_rpcs import PlanSkillsRpcs
-
-pb = context_pb2
 
 
-class ContextServicer(PlanSkillsRpcs, CompactionRpcs, context_pb2_grpc.ContextServiceServicer):
-    def __init__(self, config, storage, pm) -> None:
-        self.config = config
-        self.storage = storage
-        self.service = ContextService(config.contexts, storage)
-        self._init_plan_rpcs(config, self.service)
-        self.compaction = Compactor(self.service, config, summarisers(config, pm))
+class ContextServicer(context_pb2_grpc.ContextServiceServicer):
+    def __init__(
+        self,
+        *,
+        contexts: ContextService,
+        turns: Turns,
+        listing: Listing,
+        deletion: Deletion,
+        compactor: Compactor,
+        planning: Planning,
+        skillset: SkillSet,
+    ) -> None:
+        self.contexts = contexts
+        self.turns = turns
+        self.listing = listing
+        self.deletion = deletion
+        self.compactor = compactor
+        self.planning = planning
+        self.skillset = skillset
 
-    async def start(self) -> None:
-        """Start background work (idle-conversation expiry, resumed deletions)."""
-        await self.service.start()
-        await self._start_plan_rpcs()
-        self.compaction.start()
-
-    async def stop(self) -> None:
-        """Checkpoint resident contexts and finish background work."""
-        await self._stop_plan_rpcs()
-        await self.compaction.stop()
-        await self.service.stop()
-
+    # -- turns and reads -----------------------------------------------------------------------
     async def AppendTurn(self, request: pb.AppendTurnRequest, context) -> pb.AppendTurnResponse:
-        msgs = [msg_from_pb(m) for m in request.messages]
-        result = await self.service.append_turn(
+        r = await self.turns.append(
             TurnRequest(
                 context_id=request.context_id,
-                messages=msgs,
-                expected_version=request.expected_version
-                if request.HasField("expected_version")
-                else None,
+                messages=[msg_from_pb(m) for m in request.messages],
+                expected_version=expected_version(request),
                 idempotency_key=request.idempotency_key,
                 principal=request.principal,
                 model_window=request.model_window,
@@ -60,21 +69,18 @@ class ContextServicer(PlanSkillsRpcs, CompactionRpcs, context_pb2_grpc.ContextSe
                 task=request.task,
             )
         )
-        skills = None if result.replayed else await self._turn_skills(request.context_id, msgs)
         return pb.AppendTurnResponse(
-            version=skills.version if skills and skills.version else result.version,
-            est_tokens=result.est_tokens,
-            compaction_due=result.compaction_due,
-            message_ids=result.message_ids,
-            replayed=result.replayed,
-            unknown_skills=skills.unknown if skills else (),
-            loaded_skills=[pb.SkillRef(name=r.name, hash=r.hash) for r in skills.loaded]
-            if skills
-            else (),
+            version=r.version,
+            est_tokens=r.est_tokens,
+            compaction_due=r.compaction_due,
+            message_ids=r.message_ids,
+            replayed=r.replayed,
+            unknown_skills=r.unknown_skills,
+            loaded_skills=[pb.SkillRef(name=s.name, hash=s.hash) for s in r.loaded_skills],
         )
 
     async def GetContext(self, request: pb.GetContextRequest, context) -> pb.GetContextResponse:
-        st = await self.service.get(request.context_id)
+        st = await self.contexts.get(request.context_id)
         # Converted without awaiting, so the record cannot change underneath.
         resp = pb.GetContextResponse(info=info_to_pb(st.info()))
         view = request.view
@@ -89,10 +95,10 @@ class ContextServicer(PlanSkillsRpcs, CompactionRpcs, context_pb2_grpc.ContextSe
     async def ListContexts(
         self, request: pb.ListContextsRequest, context
     ) -> pb.ListContextsResponse:
-        kind = _KIND_FROM_PB.get(request.kind)
+        kind = KIND_FROM_PB.get(request.kind)
         if kind is None:
             raise InvalidArgument("kind", f"unknown context kind {request.kind}")
-        infos, token = await self.service.list_contexts(
+        infos, token = await self.listing.page(
             request.page_size, request.page_token, kind, request.include_archived
         )
         return pb.ListContextsResponse(
@@ -102,14 +108,136 @@ class ContextServicer(PlanSkillsRpcs, CompactionRpcs, context_pb2_grpc.ContextSe
     async def DeleteContext(
         self, request: pb.DeleteContextRequest, context
     ) -> pb.DeleteContextResponse:
-        deleted = await self.service.delete(
-            request.context_id,
-            request.expected_version if request.HasField("expected_version") else None,
-        )
+        deleted = await self.deletion.delete(request.context_id, expected_version(request))
         return pb.DeleteContextResponse(deleted=deleted)
 
     async def RecordUsage(self, request: pb.RecordUsageRequest, context) -> pb.RecordUsageResponse:
-        est, ratio = await self.service.record_usage(
+        est, ratio = await self.contexts.record_usage(
             request.context_id, request.input_tokens, request.output_tokens, request.model
         )
         return pb.RecordUsageResponse(est_tokens=est, calibration=ratio)
+
+    # -- compaction ----------------------------------------------------------------------------
+    async def PlanCompaction(
+        self, request: pb.PlanCompactionRequest, context
+    ) -> pb.PlanCompactionResponse:
+        p = await self.compactor.plan(request.context_id, request.keep_last, request.target_tokens)
+        return pb.PlanCompactionResponse(
+            nothing_to_do=p.nothing_to_do,
+            reason=p.reason,
+            plan_ref=p.plan_ref,
+            base_version=p.base_version,
+            fold_count=p.fold_count,
+            fold_through_message_id=p.fold_through_id,
+            system_prompt=p.system_prompt,
+            excerpt=p.excerpt,
+            answer_schema_json=p.answer_schema_json,
+            tokens_before=p.tokens_before,
+        )
+
+    async def ApplyCompaction(
+        self, request: pb.ApplyCompactionRequest, context
+    ) -> pb.ApplyCompactionResponse:
+        applied = await self.compactor.apply(request.context_id, request.plan_ref, request.answer)
+        return applied_pb(applied)
+
+    async def Compact(self, request: pb.CompactRequest, context) -> pb.CompactResponse:
+        r = await self.compactor.compact(
+            request.context_id,
+            request.keep_last,
+            request.target_tokens,
+            request.instructions,
+            request.summariser,
+        )
+        resp = pb.CompactResponse(compacted=r.compacted, reason=r.reason, summariser=r.summariser)
+        a = r.applied
+        if a is not None:
+            resp.version = a.version
+            resp.folded = a.folded
+            resp.tokens_before = a.tokens_before
+            resp.tokens_after = a.tokens_after
+            resp.summary.CopyFrom(summary_to_pb(a.summary))
+        return resp
+
+    async def WatchContext(self, request: pb.WatchContextRequest, context):
+        st = await self.contexts.get(request.context_id)
+        feed = self.contexts.feed
+        sub = feed.subscribe(st.id)
+        try:
+            async for ev in sub:
+                out = event_pb(ev)
+                if out is not None:
+                    yield out
+        finally:
+            feed.unsubscribe(sub)
+
+    # -- plan and preflight --------------------------------------------------------------------
+    async def UpdatePlan(self, request: pb.UpdatePlanRequest, context) -> pb.UpdatePlanResponse:
+        edit = plan_edit_from_pb(request)
+        result = await self.planning.update_plan(
+            request.context_id, edit, expected_version=expected_version(request)
+        )
+        return pb.UpdatePlanResponse(version=result.version, plan=plan_or_none_pb(result.plan))
+
+    async def ReportRun(self, request: pb.ReportRunRequest, context) -> pb.ReportRunResponse:
+        if not request.HasField("binding"):
+            raise InvalidArgument("binding", "must name the run, subagent or task")
+        binding = binding_from_pb(request.binding, "binding")
+        outcome = OUTCOME_FROM_PB.get(request.outcome)
+        if outcome is None:
+            raise InvalidArgument("outcome", "must be SUCCEEDED, FAILED or CANCELLED")
+        result = await self.planning.report_run(
+            request.context_id, binding, outcome, request.reason
+        )
+        return pb.ReportRunResponse(
+            version=result.version, plan=plan_or_none_pb(result.plan), item_id=result.item_id
+        )
+
+    async def SetPreflight(
+        self, request: pb.SetPreflightRequest, context
+    ) -> pb.SetPreflightResponse:
+        version = await self.planning.set_preflight(
+            request.context_id, request.verdict_json, expected_version=expected_version(request)
+        )
+        return pb.SetPreflightResponse(version=version)
+
+    # -- skills and prompt ---------------------------------------------------------------------
+    async def ListSkills(self, request: pb.ListSkillsRequest, context) -> pb.ListSkillsResponse:
+        return pb.ListSkillsResponse(
+            skills=[
+                pb.SkillInfo(
+                    name=e.name,
+                    description=e.description,
+                    when_to_use=e.when_to_use,
+                    source=e.source,
+                    available=e.available,
+                )
+                for e in self.skillset.entries()
+            ]
+        )
+
+    async def LoadSkill(self, request: pb.LoadSkillRequest, context) -> pb.LoadSkillResponse:
+        change = await self.skillset.load(request.context_id, request.name)
+        ref = change.ref
+        return pb.LoadSkillResponse(
+            version=change.version,
+            skill=pb.SkillRef(name=ref.name, hash=ref.hash) if ref else None,
+            truncated=change.truncated,
+        )
+
+    async def UnloadSkill(self, request: pb.UnloadSkillRequest, context) -> pb.UnloadSkillResponse:
+        change = await self.skillset.unload(request.context_id, request.name)
+        return pb.UnloadSkillResponse(version=change.version, unloaded=change.changed)
+
+    async def RenderPrompt(
+        self, request: pb.RenderPromptRequest, context
+    ) -> pb.RenderPromptResponse:
+        out = await self.skillset.render(request.context_id, request.agent)
+        p = out.prompt
+        return pb.RenderPromptResponse(
+            prompt=p.text,
+            prefix_hash=p.prefix_hash,
+            prefix_end=p.prefix_end,
+            prefix_rebuilt=p.rebuilt,
+            version=out.version,
+        )

@@ -7,9 +7,7 @@ and errors live in the core (errors become statuses in the interceptor).
 from __future__ import annotations
 
 from sidecar.api.ctxd.v1 import memory_pb2, memory_pb2_grpc
-from sidecar.config import Config
-from sidecar.core.memory import Memory, MemoryBackend, MemoryRecord, StoreMemory
-from sidecar.core.storage import Storage
+from sidecar.core.memory import Memory, MemoryRecord
 
 _Record = memory_pb2.MemoryRecord
 _GetResponse = memory_pb2.GetResponse
@@ -30,32 +28,14 @@ def _to_pb(rec: MemoryRecord) -> memory_pb2.MemoryRecord:
 
 
 class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
-    def __init__(self, config: Config, storage: Storage, pm) -> None:
-        self.config = config
-        self.storage = storage
-        backend: MemoryBackend
-        if config.memory.mcp_server:
-            from sidecar.core.memory_mcp import McpMemory
-
-            backend = McpMemory(config.memory)
-        else:
-            backend = StoreMemory(config.memory, storage)
-        #: The domain core (tests reach the backend's clock and sweeper through it).
-        self.core = Memory(config.memory, backend)
-
-    async def start(self) -> None:
-        """Start background work (the expiry sweeper, the MCP connection)."""
-        await self.core.start()
-
-    async def stop(self) -> None:
-        """Stop background work."""
-        await self.core.stop()
+    def __init__(self, memory: Memory) -> None:
+        self.memory = memory
 
     async def Get(self, request, context):  # noqa: N802 - gRPC method name
-        return _GetResponse(record=_to_pb(await self.core.get(request.key)))
+        return _GetResponse(record=_to_pb(await self.memory.get(request.key)))
 
     async def Set(self, request, context):  # noqa: N802
-        rec = await self.core.set(
+        rec = await self.memory.set(
             request.key,
             request.value_json,
             ttl_seconds=request.ttl_seconds,
@@ -66,11 +46,11 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         return _SetResponse(record=_to_pb(rec))
 
     async def Delete(self, request, context):  # noqa: N802
-        deleted = await self.core.delete(request.key, expected_version=request.expected_version)
+        deleted = await self.memory.delete(request.key, expected_version=request.expected_version)
         return _DeleteResponse(deleted=deleted)
 
     async def List(self, request, context):  # noqa: N802
-        page = await self.core.list(
+        page = await self.memory.list(
             request.prefix,
             limit=request.limit,
             page_token=request.page_token,

@@ -224,7 +224,7 @@ def compact_json(text: str) -> str:
     if stripped[:1] in ("{", "[") and "\n" in stripped and len(stripped) <= COMPACT_JSON_MAX_CHARS:
         try:
             return json.dumps(json.loads(stripped), ensure_ascii=False, separators=(",", ":"))
-        except ValueError:
+        except (ValueError, RecursionError):
             pass
     return text
 

@@ -10,7 +10,11 @@ Modules: :mod:`.model` (record and messages), :mod:`.tokens` (estimates,
 model windows, calibration), :mod:`.ops` (log records and how they apply),
 :mod:`.persistence` (the store layout), :mod:`.janitor` (background
 clean-up), :mod:`.registry` (the in-memory LRU), :mod:`.validate` (input
-checks), :mod:`.service` (the operations).
+checks), :mod:`.service` (load, commit, read), :mod:`.events` (the feed
+listeners and watchers follow), and one module per use case:
+:mod:`.turns`, :mod:`.listing`, :mod:`.deletion`, :mod:`.expiry`,
+:mod:`.checkpoints`, :mod:`.compaction`, :mod:`.auto`, :mod:`.planning`,
+:mod:`.skillset`.
 
 Durable layout
 ==============
@@ -96,15 +100,11 @@ Context ids: ``root`` or 1-128 characters of ``[A-Za-z0-9._:-]`` starting
 with a letter or digit.
 """
 
-# Registers the "compact" log record (restores must know it).
-from sidecar.core.contexts import compaction as _compaction  # noqa: E402,F401
-
-# Register the "plan", "preflight" and "skills" log records (restores must know them).
-from sidecar.core.contexts import planning as _planning  # noqa: E402,F401
-from sidecar.core.contexts import skillset as _skillset  # noqa: E402,F401
+from sidecar.core.contexts.events import ContextEvent, EventFeed, WatchEvent
 from sidecar.core.contexts.model import ROOT_ID, ContextInfo, ContextState, Msg, SkillRef, ToolCall
-from sidecar.core.contexts.service import ContextEvent, ContextService, TurnRequest, TurnResult
+from sidecar.core.contexts.service import ContextService
 from sidecar.core.contexts.tokens import estimate_text, window_for_model
+from sidecar.core.contexts.turns import TurnRequest, TurnResult, Turns
 
 __all__ = [
     "ROOT_ID",
@@ -112,11 +112,14 @@ __all__ = [
     "ContextInfo",
     "ContextService",
     "ContextState",
+    "EventFeed",
     "Msg",
     "SkillRef",
     "ToolCall",
     "TurnRequest",
     "TurnResult",
+    "Turns",
+    "WatchEvent",
     "estimate_text",
     "window_for_model",
 ]

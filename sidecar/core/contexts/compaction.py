@@ -1,9 +1,10 @@
-"""Compaction of a context: plan, apply, compact, the automatic trigger and
-the event feed behind ``WatchContext``.
+"""Compaction of a context: plan, apply and compact.
 
 :class:`Compactor` works over a :class:`ContextService`; the rules (where to
 cut, how answers are read and merged, which skills are evicted) live in
-:mod:`sidecar.core.compaction`.
+:mod:`sidecar.core.compaction`. The automatic trigger is :mod:`.auto`; the
+events watchers see come from the ``compact`` record through the feed
+(:mod:`.events`).
 
 **Plans are stateless.** ``PlanCompaction`` hands out a ``plan_ref`` that
 encodes the context incarnation, the base version, the folded prefix (first
@@ -22,43 +23,21 @@ and the token estimates before and after. Evicted skills leave the
 context's loaded set, so their bodies leave the prompt; their names stay in
 the skills catalogue (and ``evicted_skills`` of the reply tells the
 runtime), and a later ``@skill:`` reference loads them again.
-
-**The automatic trigger** runs after a turn whose reply said
-``compaction_due`` (``est_tokens > compact_at × model_window``), when
-``contexts.auto_compact`` is on. It runs in a background task (the turn's
-reply is not delayed), at most one per context at a time, with the default
-summariser. Failures are logged, counted, published as
-``compaction_failed`` events and back off per context
-(:class:`~sidecar.core.compaction.Backoff`); after
-``compaction.backoff_stop_after`` consecutive failures automatic attempts
-stop until a manual compaction succeeds or ``backoff_resume_after`` passes.
-A turn starts at most one attempt, so the trigger can never loop.
-
-**Watchers** get a bounded queue each (:data:`WATCH_QUEUE`): a watcher that
-falls behind loses its oldest events, and the next event it reads says how
-many it missed, so a slow reader never grows memory.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import contextlib
 import hashlib
 import json
 import logging
-import time
-from collections import deque
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from sidecar import metrics
 from sidecar.core.compaction import (
     ANSWER_SCHEMA_JSON,
-    Backoff,
-    BackoffPolicy,
     Cut,
     MalformedAnswer,
     Summary,
@@ -70,11 +49,11 @@ from sidecar.core.compaction import (
     skills_to_evict,
     summarise,
 )
-from sidecar.core.contexts import ops
 from sidecar.core.contexts.model import ContextState, Msg
-from sidecar.core.contexts.service import ContextEvent, ContextService
+from sidecar.core.contexts.service import ContextService
 from sidecar.core.contexts.tokens import MESSAGE_OVERHEAD, estimate_text
-from sidecar.core.errors import Conflict, CtxdError, InvalidArgument, NotFound
+from sidecar.core.errors import Conflict, CtxdError, InvalidArgument
+from sidecar.core.observe import CompactionObserver, NullObserver
 
 log = logging.getLogger(__name__)
 
@@ -83,28 +62,7 @@ OP = "compact"
 MAX_ANSWER_CHARS = 1024 * 1024
 #: Longest ``instructions`` Compact accepts (characters).
 MAX_INSTRUCTIONS_CHARS = 8 * 1024
-#: Events one watcher may have waiting before the oldest are dropped.
-WATCH_QUEUE = 256
-#: The automatic trigger folds until the kept tail is at most this share of
-#: the threshold (``compact_at × model_window``), so one run buys room for
-#: several turns instead of firing again at the next one.
-AUTO_TARGET_SHARE = 0.5
 _REF_PREFIX = "cp1."
-#: Seconds stop() waits for automatic compactions before cancelling them.
-STOP_GRACE = 2.0
-
-
-# -- the log record -----------------------------------------------------------------------
-@ops.op(OP)
-def _apply_compact(state: ContextState, rec: dict[str, Any]) -> None:
-    """``through``: last folded seq; ``summary``: the merged summary as stored;
-    ``evict``: skill names whose bodies leave the context."""
-    state.fold_messages(int(rec["through"]))
-    state.summary = Summary.from_dict(rec["summary"])
-    evict = set(rec.get("evict") or ())
-    if evict:
-        state.skills = [s for s in state.skills if s.name not in evict]
-    state.refresh_blocks()
 
 
 # -- results ---------------------------------------------------------------------------------
@@ -138,21 +96,6 @@ class CompactResult:
     reason: str = ""
     summariser: str = ""
     applied: ApplyResult | None = None
-
-
-@dataclass(frozen=True)
-class WatchEvent:
-    """One event for watchers (``kind``: turn, compaction, compaction_failed,
-    plan, skills, preflight, deleted)."""
-
-    context_id: str
-    kind: str
-    version: int
-    ts: int
-    tokens_before: int = 0
-    tokens_after: int = 0
-    folded: int = 0
-    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -208,57 +151,7 @@ def _block_tokens(summary: Summary, st: ContextState) -> int:
     return n
 
 
-# -- watchers ------------------------------------------------------------------------------------
-class Subscription:
-    """A watcher's bounded queue; iterate it for events. Ends after a
-    ``deleted`` event or :meth:`close`."""
-
-    def __init__(self, context_id: str, maxlen: int) -> None:
-        self.context_id = context_id
-        self._queue: deque[WatchEvent] = deque(maxlen=maxlen)
-        self._ready = asyncio.Event()
-        self._closed = False
-        self.dropped = 0
-
-    def push(self, ev: WatchEvent) -> None:
-        if self._closed:
-            return
-        if len(self._queue) == self._queue.maxlen:
-            self.dropped += 1
-        self._queue.append(ev)
-        self._ready.set()
-
-    def close(self) -> None:
-        self._closed = True
-        self._ready.set()
-
-    def __aiter__(self) -> AsyncIterator[WatchEvent]:
-        return self._events()
-
-    async def _events(self) -> AsyncIterator[WatchEvent]:
-        while True:
-            while not self._queue:
-                if self._closed:
-                    return
-                self._ready.clear()
-                await self._ready.wait()
-            ev = self._queue.popleft()
-            if self.dropped:
-                note = f"{self.dropped} earlier events dropped (watcher too slow)"
-                ev = WatchEvent(**{**ev.__dict__, "detail": f"{ev.detail}; {note}".lstrip("; ")})
-                self.dropped = 0
-            yield ev
-            if ev.kind == "deleted":
-                return
-
-
-# -- the orchestrator ------------------------------------------------------------------------
-@dataclass
-class _Auto:
-    backoff: Backoff
-    task: asyncio.Task | None = None
-
-
+# -- the use case ---------------------------------------------------------------------------
 class Compactor:
     """Plan, apply and run compactions of contexts held by ``service``.
 
@@ -267,54 +160,26 @@ class Compactor:
     """
 
     def __init__(
-        self, service: ContextService, config, summarisers: dict[str, Any], *, clock=time.monotonic
+        self,
+        service: ContextService,
+        config,
+        summarisers: dict[str, Any],
+        *,
+        observer: CompactionObserver | None = None,
     ) -> None:
         self.service = service
         self.contexts_cfg = config.contexts
         self.cfg = config.compaction
         self.summarisers = summarisers
-        self._policy = BackoffPolicy.from_config(self.cfg)
-        self._clock = clock
-        self._auto: dict[str, _Auto] = {}
-        self._subs: dict[str, set[Subscription]] = {}
-        #: Detail of the compaction being committed, for its event.
-        self._pending: dict[str, dict[str, Any]] = {}
-        self._tasks: set[asyncio.Task] = set()
-        self._unlisten = None
-
-    # -- lifecycle -------------------------------------------------------------------------------
-    def start(self) -> None:
-        if self._unlisten is None:
-            self._unlisten = self.service.add_listener(self._on_event)
+        self.observer: CompactionObserver = observer or NullObserver()
 
     async def stop(self) -> None:
-        if self._unlisten is not None:
-            self._unlisten()
-            self._unlisten = None
-        for subs in self._subs.values():
-            for sub in subs:
-                sub.close()
-        self._subs.clear()
-        # Let automatic runs finish; one still waiting on a slow summariser
-        # after STOP_GRACE is cancelled (nothing is written before its answer).
-        tasks = [t for t in self._tasks if not t.done()]
-        if tasks:
-            _, late = await asyncio.wait(tasks, timeout=STOP_GRACE)
-            for t in late:
-                t.cancel()
-            if late:
-                await asyncio.wait(late, timeout=STOP_GRACE)
+        """Close the summarisers (their HTTP clients)."""
         for s in self.summarisers.values():
             close = getattr(s, "aclose", None)
             if close is not None:
                 with contextlib.suppress(Exception):
                     await close()
-
-    def _spawn(self, coro) -> asyncio.Task:
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
 
     # -- plan --------------------------------------------------------------------------------------
     def _options(self, keep_last: int, target_tokens: int) -> tuple[int, int | None]:
@@ -369,10 +234,9 @@ class Compactor:
         try:
             result = await self._commit(context_id, ref, summary)
         except CtxdError:
-            metrics.COMPACTIONS.labels("runtime", "failed").inc()
+            self.observer.compaction("runtime", "failed")
             raise
-        metrics.COMPACTIONS.labels("runtime", "ok").inc()
-        self._succeeded(context_id)
+        self.observer.compaction("runtime", "ok")
         return result
 
     async def _commit(self, context_id: str, ref: _Ref, addition: Summary) -> ApplyResult:
@@ -408,7 +272,6 @@ class Compactor:
             before = st.est_tokens
             after = st.calibration.apply(st.msg_tokens - folded_tokens + _block_tokens(merged, st))
             out.update(folded=n, before=before, after=after, evict=evict)
-            self._pending[st.id] = {"folded": n, "before": before, "after": after}
             return {
                 "op": OP,
                 "through": ref.through,
@@ -419,10 +282,7 @@ class Compactor:
                 "after": after,
             }
 
-        try:
-            st, _ = await self.service.change(context_id, build, event="compaction")
-        finally:
-            self._pending.pop(context_id, None)
+        st, _ = await self.service.change(context_id, build, event="compaction")
         after = st.est_tokens
         return ApplyResult(
             version=st.version,
@@ -464,7 +324,7 @@ class Compactor:
         st = await self.service.get(context_id)
         cut, reason = self._cut(st, keep, target)
         if cut is None:
-            metrics.COMPACTIONS.labels(trigger, "declined").inc()
+            self.observer.compaction(trigger, "declined")
             return CompactResult(False, reason=reason, summariser=plugin.name)
         folded = list(st.messages[: cut.fold])
         previous = Summary.from_dict(st.summary.to_dict())
@@ -482,11 +342,9 @@ class Compactor:
             )
             applied = await self._commit(context_id, ref, done.summary)
         except CtxdError:
-            metrics.COMPACTIONS.labels(trigger, "failed").inc()
+            self.observer.compaction(trigger, "failed")
             raise
-        metrics.COMPACTIONS.labels(trigger, "ok").inc()
-        if trigger == "manual":
-            self._succeeded(context_id)
+        self.observer.compaction(trigger, "ok")
         log.info(
             "context compacted",
             extra={
@@ -499,124 +357,3 @@ class Compactor:
             },
         )
         return CompactResult(True, summariser=plugin.name, applied=applied)
-
-    # -- automatic trigger ---------------------------------------------------------------------
-    def _succeeded(self, cid: str) -> None:
-        auto = self._auto.get(cid)
-        if auto is not None:
-            auto.backoff.record_success()
-
-    def backoff_status(self, cid: str):
-        """The automatic trigger's back-off state for ``cid`` (None: never failed)."""
-        auto = self._auto.get(cid)
-        return None if auto is None else auto.backoff.status()
-
-    def _maybe_auto(self, ev: ContextEvent, st: ContextState) -> None:
-        if not self.contexts_cfg.auto_compact or not ev.detail.get("compaction_due"):
-            return
-        auto = self._auto.get(ev.context_id)
-        if auto is None:
-            auto = self._auto[ev.context_id] = _Auto(Backoff(self._policy, self._clock))
-        if auto.task is not None and not auto.task.done():
-            return
-        if not auto.backoff.allowed():
-            return
-        target = int(AUTO_TARGET_SHARE * self.contexts_cfg.compact_at * st.model_window)
-        auto.task = self._spawn(self._run_auto(ev.context_id, auto, max(1, target)))
-
-    async def _run_auto(self, cid: str, auto: _Auto, target: int) -> None:
-        try:
-            result = await self.compact(cid, target_tokens=target, trigger="auto")
-        except NotFound:
-            self._auto.pop(cid, None)
-            return
-        except Conflict:
-            return  # another compaction folded this prefix first: nothing failed
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - any failure backs off, never loops
-            message = exc.message if isinstance(exc, CtxdError) else type(exc).__name__
-            if not isinstance(exc, CtxdError):
-                log.exception("automatic compaction crashed", extra={"context": cid})
-            status = auto.backoff.record_failure(message)
-            if status.stopped:
-                then = "automatic compaction stopped"
-                if status.retry_in is not None:
-                    then += f" for {status.retry_in:.0f}s"
-            else:
-                then = f"next automatic attempt in {status.retry_in:.0f}s"
-            detail = f"failure {status.failures}: {message}; {then}"
-            log.warning(
-                "automatic compaction failed",
-                extra={
-                    "context": cid,
-                    "failures": status.failures,
-                    "error": message,
-                    "stopped": status.stopped,
-                },
-            )
-            st = self.service.registry.peek(cid)
-            version = st.state.version if st is not None and st.state is not None else 0
-            self._publish(
-                WatchEvent(cid, "compaction_failed", version, self.service.now(), detail=detail)
-            )
-            return
-        if result.compacted:
-            auto.backoff.record_success()
-
-    # -- events ------------------------------------------------------------------------------------
-    def _on_event(self, ev: ContextEvent, st: ContextState | None) -> None:
-        if ev.kind == "turn" and st is not None:
-            self._maybe_auto(ev, st)
-        if ev.kind == "deleted":
-            auto = self._auto.pop(ev.context_id, None)
-            if auto is not None and auto.task is not None:
-                auto.task.cancel()
-        if not self._subs.get(ev.context_id):
-            return
-        out = WatchEvent(ev.context_id, ev.kind, ev.version, ev.ts)
-        if ev.kind == "compaction":
-            d = self._pending.get(ev.context_id, {})
-            out = WatchEvent(
-                ev.context_id,
-                ev.kind,
-                ev.version,
-                ev.ts,
-                tokens_before=d.get("before", 0),
-                tokens_after=st.est_tokens if st is not None else d.get("after", 0),
-                folded=d.get("folded", 0),
-            )
-        elif ev.kind == "turn" and st is not None:
-            out = WatchEvent(
-                ev.context_id,
-                ev.kind,
-                ev.version,
-                ev.ts,
-                tokens_after=st.est_tokens,
-                detail="compaction due" if ev.detail.get("compaction_due") else "",
-            )
-        self._publish(out)
-
-    def _publish(self, ev: WatchEvent) -> None:
-        subs = self._subs.get(ev.context_id)
-        if not subs:
-            return
-        for sub in list(subs):
-            sub.push(ev)
-        if ev.kind == "deleted":
-            self._subs.pop(ev.context_id, None)
-
-    async def watch(self, context_id: str, maxlen: int = WATCH_QUEUE) -> Subscription:
-        """Subscribe to ``context_id``'s events (it must exist)."""
-        st = await self.service.get(context_id)
-        sub = Subscription(st.id, maxlen)
-        self._subs.setdefault(st.id, set()).add(sub)
-        return sub
-
-    def unwatch(self, sub: Subscription) -> None:
-        sub.close()
-        subs = self._subs.get(sub.context_id)
-        if subs is not None:
-            subs.discard(sub)
-            if not subs:
-                del self._subs[sub.context_id]

@@ -1,4 +1,4 @@
-"""Log records and how each one changes a context.
+"""Log records and how each one changes a context: the op registry.
 
 Every versioned change to a context is one log record (a JSON object with
 ``v`` = the new version, ``op`` = what it does, ``ts`` = wall-clock ms, and
@@ -9,87 +9,61 @@ the restored one cannot drift apart.
 Record fields common to every op:
 
 * ``v``: the version the record creates (the previous version + 1);
-* ``op``: the handler name (``append`` here; compaction, plan, skills and
-  preflight register their own with :func:`op`);
+* ``op``: the name of its :class:`Op` in :data:`OPS`;
 * ``ts``: wall-clock ms of the change (``updated`` follows it);
 * ``idem``/``res``: optional idempotency key and the result first returned;
 * ``cal``: optional calibration state (carried by the first record after a
   ``RecordUsage``, so calibration survives a restart without a write of its
   own).
 
-A handler must be deterministic given the state and the record: anything
-that depends on time, randomness or outside input is decided before the
-record is written and stored in it. A handler that changes the summary or
-the plan calls ``state.refresh_blocks()`` (their token estimate); one that
-folds messages uses ``state.fold_messages(through_seq)``. A handler that needs the messages (not
-just the counters) may assume ``state.loaded``; a listing peek falls back to a
-full restore when it meets an op other than ``append``.
+Each op is declared once, in :data:`OPS` below: its name, the handler that
+applies it, and whether it needs the messages (a listing peek replays the
+log tail without loading sealed messages, and falls back to a full restore
+when it meets an op that needs them). A handler must be deterministic given
+the state and the record: anything that depends on time, randomness or
+outside input is decided before the record is written and stored in it. A
+handler that changes the summary or the plan calls
+``state.refresh_blocks()``; one that folds messages uses
+``state.fold_messages(through_seq)``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from sidecar.core.contexts.model import ContextState, Msg
+from sidecar.core.compaction.summary import Summary
+from sidecar.core.contexts.model import ContextState, Msg, SkillRef
 from sidecar.core.contexts.tokens import Calibration
+from sidecar.core.plan import Plan
 
 Handler = Callable[[ContextState, dict[str, Any]], None]
 
-_HANDLERS: dict[str, Handler] = {}
-
-#: Ops a listing peek can replay without the sealed messages.
-COUNTER_ONLY_OPS = frozenset({"append", "plan", "preflight", "skills"})
-
 #: What a checkpoint leaves in place of the log records it sealed.
 SEALED = "sealed"
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One kind of log record."""
+
+    name: str
+    apply: Handler
+    #: The handler reads or changes the transcript itself, so it can only be
+    #: replayed on a fully loaded state (not on a listing peek).
+    needs_messages: bool = False
 
 
 class DamagedRecord(Exception):
     """A stored record cannot be applied (unknown op, wrong version)."""
 
 
-def op(name: str) -> Callable[[Handler], Handler]:
-    """Register the handler for log records with ``op == name``."""
-
-    def deco(fn: Handler) -> Handler:
-        if name in _HANDLERS and _HANDLERS[name] is not fn:
-            raise ValueError(f"op {name!r} is already registered")
-        _HANDLERS[name] = fn
-        return fn
-
-    return deco
-
-
-def known(name: str) -> bool:
-    return name in _HANDLERS
-
-
-def apply_record(state: ContextState, rec: dict[str, Any]) -> None:
-    """Apply one record: check its version, run its handler, bump the version."""
-    v = rec.get("v")
-    if v != state.version + 1:
-        raise DamagedRecord(
-            f"context {state.id}: record version {v} does not follow {state.version}"
-        )
-    handler = _HANDLERS.get(rec.get("op", ""))
-    if handler is None:
-        raise DamagedRecord(f"context {state.id}: unknown record op {rec.get('op')!r}")
-    handler(state, rec)
-    state.version = v
-    state.updated = max(state.updated, int(rec.get("ts", 0)))
-    cal = rec.get("cal")
-    if cal is not None:
-        state.calibration = Calibration.from_dict(cal)
-    key = rec.get("idem")
-    if key:
-        state.remember(key, rec.get("res") or {})
-
-
-@op("append")
+# -- the built-in ops ----------------------------------------------------------------------
 def _append(state: ContextState, rec: dict[str, Any]) -> None:
     """``msgs``: the turn's messages (seq/ts assigned); ``meta``: principal,
-    task, model, model_window recorded with the turn."""
+    task, model, model_window recorded with the turn; ``skills``: the loaded
+    set after the turn when its ``@skill:`` references changed it."""
     built: list[Msg] | None = rec.get("_built")
     msgs = built if built is not None else [Msg.from_dict(d) for d in rec["msgs"]]
     if msgs and msgs[0].seq != state.next_seq:
@@ -104,7 +78,82 @@ def _append(state: ContextState, rec: dict[str, Any]) -> None:
             setattr(state, name, meta[name])
     if "model_window" in meta:
         state.model_window = int(meta["model_window"])
+    if "skills" in rec:
+        _skills(state, {"refs": rec["skills"]})
     if state.created == 0:
         state.created = int(rec.get("ts", 0))
     state.turns += 1
     state.archived = False
+
+
+def _compact(state: ContextState, rec: dict[str, Any]) -> None:
+    """``through``: last folded seq; ``summary``: the merged summary as stored;
+    ``evict``: skill names whose bodies leave the context."""
+    state.fold_messages(int(rec["through"]))
+    state.summary = Summary.from_dict(rec["summary"])
+    evict = set(rec.get("evict") or ())
+    if evict:
+        state.skills = [s for s in state.skills if s.name not in evict]
+    state.refresh_blocks()
+
+
+def _plan(state: ContextState, rec: dict[str, Any]) -> None:
+    """``plan``: the whole plan after the change (its JSON form), or null when cleared."""
+    data = rec.get("plan")
+    state.plan = Plan.from_dict(data) if data else None
+    state.refresh_blocks()
+
+
+def _preflight(state: ContextState, rec: dict[str, Any]) -> None:
+    """``json``: the verdict text as sent (validated)."""
+    state.preflight = str(rec.get("json", ""))
+
+
+def _skills(state: ContextState, rec: dict[str, Any]) -> None:
+    """``refs``: the whole loaded set after the change, ``[[name, sha256], ...]``."""
+    state.skills = [SkillRef(str(n), str(h)) for n, h in rec.get("refs", ())]
+
+
+APPEND = Op("append", _append)
+COMPACT = Op("compact", _compact, needs_messages=True)
+PLAN = Op("plan", _plan)
+PREFLIGHT = Op("preflight", _preflight)
+SKILLS = Op("skills", _skills)
+
+#: Every op a log may hold, by name.
+OPS: dict[str, Op] = {o.name: o for o in (APPEND, COMPACT, PLAN, PREFLIGHT, SKILLS)}
+
+
+def register(new: Op) -> Op:
+    """Add an op (extensions and tests); a name is registered once."""
+    if new.name in OPS and OPS[new.name] is not new:
+        raise ValueError(f"op {new.name!r} is already registered")
+    OPS[new.name] = new
+    return new
+
+
+def needs_messages(rec: dict[str, Any]) -> bool:
+    """Whether replaying ``rec`` needs the full transcript (unknown ops do)."""
+    found = OPS.get(rec.get("op", ""))
+    return found is None or found.needs_messages
+
+
+def apply_record(state: ContextState, rec: dict[str, Any]) -> None:
+    """Apply one record: check its version, run its handler, bump the version."""
+    v = rec.get("v")
+    if v != state.version + 1:
+        raise DamagedRecord(
+            f"context {state.id}: record version {v} does not follow {state.version}"
+        )
+    found = OPS.get(rec.get("op", ""))
+    if found is None:
+        raise DamagedRecord(f"context {state.id}: unknown record op {rec.get('op')!r}")
+    found.apply(state, rec)
+    state.version = v
+    state.updated = max(state.updated, int(rec.get("ts", 0)))
+    cal = rec.get("cal")
+    if cal is not None:
+        state.calibration = Calibration.from_dict(cal)
+    key = rec.get("idem")
+    if key:
+        state.remember(key, rec.get("res") or {})

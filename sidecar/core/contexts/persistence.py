@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 from sidecar.core.contexts.model import ContextState, Msg, SegmentRef
-from sidecar.core.contexts.ops import COUNTER_ONLY_OPS, SEALED, DamagedRecord, apply_record
+from sidecar.core.contexts.ops import SEALED, DamagedRecord, apply_record, needs_messages
 from sidecar.core.errors import Conflict, NotFound, Unavailable
 from sidecar.core.storage import Storage
 from sidecar.store import Item
@@ -198,7 +198,7 @@ class ContextStore:
                         st.load_sealed([m for m in msgs if m.seq >= st.live_from])
                 else:
                     tail = await self.read_tail(cid, st.gen, st.version)
-                    if any(r.get("op") not in COUNTER_ONLY_OPS for r in tail):
+                    if any(needs_messages(r) for r in tail):
                         raise NeedsFullRestore()
             except HeadMoved:
                 seen = etag

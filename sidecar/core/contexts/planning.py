@@ -1,6 +1,6 @@
 """Plan and preflight changes to a context, as versioned log records.
 
-Two record kinds (see :mod:`.ops`):
+Two record kinds (declared in :mod:`.ops`):
 
 * ``plan``: ``plan`` = the whole plan after the change (its JSON form), or
   ``null`` when it was cleared. The plan is small (capped items), so storing
@@ -20,23 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from sidecar.config import PlanConfig
-from sidecar.core.contexts import ops
 from sidecar.core.contexts.model import ContextState
 from sidecar.core.contexts.service import ContextService
 from sidecar.core.plan import Binding, Plan, Planner, RunOutcome, validate_preflight
-
-
-@ops.op("plan")
-def _apply_plan(state: ContextState, rec: dict[str, Any]) -> None:
-    data = rec.get("plan")
-    state.plan = Plan.from_dict(data) if data else None
-    state.refresh_blocks()
-
-
-@ops.op("preflight")
-def _apply_preflight(state: ContextState, rec: dict[str, Any]) -> None:
-    state.preflight = str(rec.get("json", ""))
-
 
 #: A plan edit: the current plan (None when there is none) -> the new one.
 PlanEdit = Callable[[Planner, Plan | None], Plan | None]

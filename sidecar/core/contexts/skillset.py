@@ -9,11 +9,10 @@ Bodies are fetched *before* the context's lock is taken (a slow server never
 holds the lock), then the loaded set is recomputed from the record under the
 lock, so the cap and the set stay exact when calls race.
 
-``@skill:<name>`` references in an appended turn are loaded by a follow-up
-change right after the turn commits (:meth:`SkillSet.preload_turn`). The turn
-waits for that at most :data:`PRELOAD_WAIT` seconds: unknown names are known
-at once from the catalogue, and a load that takes longer (a slow server)
-finishes in the background and commits on its own.
+``@skill:<name>`` references in an appended turn are resolved here for the
+turn (:class:`SkillSet` is the turn's :class:`~.turns.SkillResolver`): bodies
+fetched within the turn's wait are loaded by the turn's own record, and a
+load that takes longer commits on its own (:mod:`.turns`).
 """
 
 from __future__ import annotations
@@ -21,29 +20,23 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from sidecar.core.contexts import ops, validate
+from sidecar.core.contexts import validate
+from sidecar.core.contexts.events import ContextEvent
 from sidecar.core.contexts.model import ContextState, SkillRef
-from sidecar.core.contexts.service import ContextEvent, ContextService
+from sidecar.core.contexts.service import ContextService
 from sidecar.core.errors import CtxdError, InvalidArgument, LimitExceeded, NotFound
 from sidecar.core.prompt import PromptAssembler, RenderedPrompt
 from sidecar.core.skills import SkillCatalogue, SkillInfo, find_references
 
 log = logging.getLogger(__name__)
 
-#: Longest an AppendTurn reply waits for the skills its messages reference.
-PRELOAD_WAIT = 1.0
 #: Longest shutdown waits for loads still running (a slow server's are dropped).
 STOP_WAIT = 1.0
 #: Longest agent name accepted by RenderPrompt.
 MAX_AGENT_CHARS = 128
-
-
-@ops.op("skills")
-def _apply_skills(state: ContextState, rec: dict[str, Any]) -> None:
-    state.skills = [SkillRef(str(n), str(h)) for n, h in rec.get("refs", ())]
 
 
 def _record(refs: Iterable[Any]) -> dict[str, Any]:
@@ -56,16 +49,6 @@ class SkillChange:
     ref: SkillRef | None = None
     truncated: bool = False
     changed: bool = False
-
-
-@dataclass(frozen=True)
-class TurnSkills:
-    """What the ``@skill:`` references of one turn did."""
-
-    #: The context's version after the load this reply waited for (0: nothing loaded).
-    version: int = 0
-    loaded: list[SkillRef] = field(default_factory=list)
-    unknown: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -87,7 +70,7 @@ class SkillSet:
         self.catalogue = catalogue
         self.prompts = prompts
         self._tasks: set[asyncio.Task] = set()
-        self._unlisten = contexts.add_listener(self._on_event)
+        self._unlisten = contexts.feed.add_listener(self._on_event)
 
     async def stop(self) -> None:
         self._unlisten()
@@ -158,72 +141,66 @@ class SkillSet:
         st, _ = await self.contexts.change(context_id, build, event="skills")
         return SkillChange(st.version, changed=removed)
 
-    # -- @skill: references ----------------------------------------------------------------
-    async def preload_turn(self, context_id: str, texts: list[str]) -> TurnSkills:
-        """Load the skills ``texts`` reference into the context (never fatal)."""
+    # -- @skill: references (the turn's SkillResolver) --------------------------------------
+    def references(self, texts: list[str]) -> tuple[list[str], list[str]]:
+        """Names ``texts`` reference, split into (known, unknown) by the catalogue."""
         names: list[str] = []
         for text in texts:
             names.extend(n for n in find_references(text) if n not in names)
-        if not names:
-            return TurnSkills()
-        unknown = [n for n in names if self.catalogue.get(n) is None]
-        if len(unknown) == len(names):
-            return TurnSkills(unknown=unknown)
-        task = asyncio.create_task(self._preload(context_id, texts))
+        known = [n for n in names if self.catalogue.get(n) is not None]
+        return known, [n for n in names if n not in known]
+
+    async def resolve(self, loaded: list[SkillRef], texts: list[str]) -> list[SkillRef]:
+        """Fetch the referenced bodies that are new or changed (never fatal)."""
+        pre = await self.catalogue.preload(list(loaded), texts)
+        if pre.failed:
+            log.info("referenced skills not loaded", extra={"skills": pre.failed})
+        return [SkillRef(r.name, r.hash) for r in pre.loaded]
+
+    def apply(self, refs: list[SkillRef], wanted: list[SkillRef]) -> list[SkillRef]:
+        """Merge ``wanted`` into ``refs`` in place, within ``skills.max_loaded``;
+        return the refs that changed (re-applied to the current set under the
+        lock: another change may have landed since the bodies were fetched)."""
+        changed: list[SkillRef] = []
+        for ref in wanted:
+            index = next((i for i, r in enumerate(refs) if r.name == ref.name), None)
+            if index is None:
+                if len(refs) >= self.catalogue.config.max_loaded:
+                    continue
+                refs.append(ref)
+            elif refs[index].hash == ref.hash:
+                continue
+            else:
+                refs[index] = ref
+            changed.append(ref)
+        return changed
+
+    def load_later(self, context_id: str, pending: asyncio.Future) -> None:
+        """Commit a resolution that outlasted the turn's wait as its own change."""
+        task = asyncio.create_task(self._load_later(context_id, pending))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        try:
-            result = await asyncio.wait_for(asyncio.shield(task), PRELOAD_WAIT)
-        except TimeoutError:
-            return TurnSkills(unknown=unknown)
-        if result is None:
-            return TurnSkills(unknown=unknown)
-        new_version, loaded = result
-        return TurnSkills(new_version, loaded, unknown)
 
-    async def _preload(
-        self, context_id: str, texts: list[str]
-    ) -> tuple[int, list[SkillRef]] | None:
+    async def _load_later(self, context_id: str, pending: asyncio.Future) -> None:
         try:
-            st = await self.contexts.get(context_id)
-            pre = await self.catalogue.preload(list(st.skills), texts)
-            if pre.failed:
-                log.info(
-                    "referenced skills not loaded",
-                    extra={"context": context_id, "skills": pre.failed},
-                )
-            if not pre.loaded:
-                return None
-            wanted = {r.name: SkillRef(r.name, r.hash) for r in pre.loaded}
-            loaded: list[SkillRef] = []
+            wanted = await pending
+            if not wanted:
+                return
 
             def build(st: ContextState) -> dict[str, Any] | None:
-                # Re-applied to the current set: another change may have landed meanwhile.
                 refs = list(st.skills)
-                loaded.clear()
-                for name, ref in wanted.items():
-                    index = next((i for i, r in enumerate(refs) if r.name == name), None)
-                    if index is None:
-                        if len(refs) >= self.catalogue.config.max_loaded:
-                            continue
-                        refs.append(ref)
-                    elif refs[index].hash == ref.hash:
-                        continue
-                    else:
-                        refs[index] = ref
-                    loaded.append(ref)
-                return _record(refs) if loaded else None
+                return _record(refs) if self.apply(refs, wanted) else None
 
-            st, _ = await self.contexts.change(context_id, build, event="skills")
-            return st.version, list(loaded)
+            await self.contexts.change(context_id, build, event="skills")
         except CtxdError as exc:
             log.warning(
                 "referenced skills not loaded", extra={"context": context_id, "error": str(exc)}
             )
-            return None
-        except Exception:  # noqa: BLE001 - a reference must never fail the turn
-            log.exception("referenced skills not loaded", extra={"context": context_id})
-            return None
+        except Exception as exc:  # noqa: BLE001 - a reference must never fail the turn
+            log.warning(
+                "referenced skills not loaded",
+                extra={"context": context_id, "error": type(exc).__name__},
+            )
 
     # -- prompt ----------------------------------------------------------------------------
     async def render(self, context_id: str, agent: str = "") -> Rendered:

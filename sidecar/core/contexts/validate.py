@@ -7,12 +7,12 @@ and runs before anything is written, so bad input never reaches the store.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 
 from sidecar.core.contexts.model import ASSISTANT, KINDS, ROOT_ID, TOOL, Msg
 from sidecar.core.errors import InvalidArgument
+from sidecar.core.jsonvalue import parse_json
 
 #: Context ids: "root" or an A2A contextId of 1-128 characters from
 #: ``[A-Za-z0-9._:-]``, starting with a letter or digit (so ids never collide
@@ -44,27 +44,9 @@ def bounded(value: str, field: str, limit: int) -> str:
     return value
 
 
-def _reject_constant(name: str):
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def json_text(text: str, field: str, *, allow_empty: bool = False) -> None:
-    """Strict JSON (no NaN/Infinity); a clear error naming ``field`` otherwise."""
-    if not text:
-        if allow_empty:
-            return
-        raise InvalidArgument(field, "is empty; expected JSON text")
-    try:
-        json.loads(text, parse_constant=_reject_constant)
-    except RecursionError:
-        raise InvalidArgument(field, "is nested too deeply") from None
-    except ValueError as exc:
-        raise InvalidArgument(field, f"is not valid JSON ({_short(exc)})") from None
-
-
-def _short(exc: ValueError) -> str:
-    msg = str(exc)
-    return msg if len(msg) <= 120 else msg[:117] + "..."
+    """The one JSON rule (:mod:`sidecar.core.jsonvalue`), naming ``field``."""
+    parse_json(text, field=field, allow_empty=allow_empty)
 
 
 def turn(

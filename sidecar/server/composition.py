@@ -1,0 +1,127 @@
+"""The composition root: every part of a running sidecar, built in one place.
+
+:func:`build` goes store → storage view → domain services → summarisers →
+skills catalogue, and :func:`servicers` puts the gRPC adapters over them.
+Nothing else constructs domain objects, so this module is where a new
+service, store or summariser is wired in (see docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import pluggy
+
+from sidecar import metrics
+from sidecar.config import Config
+from sidecar.core.contexts.auto import AutoCompaction
+from sidecar.core.contexts.compaction import Compactor
+from sidecar.core.contexts.deletion import Deletion
+from sidecar.core.contexts.expiry import Expiry
+from sidecar.core.contexts.listing import Listing
+from sidecar.core.contexts.planning import Planning
+from sidecar.core.contexts.service import ContextService
+from sidecar.core.contexts.skillset import SkillSet
+from sidecar.core.contexts.turns import Turns
+from sidecar.core.memory import Memory, MemoryBackend, StoreMemory
+from sidecar.core.prompt import PromptAssembler
+from sidecar.core.skills import SkillCatalogue
+from sidecar.core.storage import Storage
+from sidecar.plugins import open_store, summarisers
+from sidecar.server.context_service import ContextServicer
+from sidecar.server.memory_service import MemoryServicer
+
+
+@dataclass
+class Domain:
+    """The domain services of one sidecar, ready to serve."""
+
+    storage: Storage
+    contexts: ContextService
+    turns: Turns
+    listing: Listing
+    deletion: Deletion
+    expiry: Expiry
+    compactor: Compactor
+    auto: AutoCompaction
+    planning: Planning
+    catalogue: SkillCatalogue
+    prompts: PromptAssembler
+    skillset: SkillSet
+    memory: Memory
+
+    async def start(self) -> None:
+        """Start background work, in dependency order."""
+        await self.memory.start()
+        await self.contexts.start()
+        await self.deletion.start()
+        self.expiry.start()
+        # Serving never waits for skills servers: they connect in the background.
+        await self.catalogue.start(wait=False)
+        self.auto.start()
+
+    async def stop(self) -> None:
+        """Stop background work in the reverse order, then close the store."""
+        self.contexts.feed.close()
+        await self.skillset.stop()
+        await self.catalogue.stop()
+        await self.auto.stop()
+        await self.compactor.stop()
+        self.expiry.stop()
+        await self.contexts.stop()
+        await self.memory.stop()
+        await self.storage.close()
+
+
+def memory_backend(config: Config, storage: Storage) -> MemoryBackend:
+    """The store, or an MCP memory server when ``memory.mcp_server`` is set."""
+    if config.memory.mcp_server:
+        from sidecar.core.memory_mcp import McpMemory  # the mcp SDK only when used
+
+        return McpMemory(config.memory)
+    return StoreMemory(config.memory, storage)
+
+
+async def build(config: Config, pm: pluggy.PluginManager) -> Domain:
+    """Open the configured store and build every domain service over it."""
+    store = await asyncio.to_thread(open_store, config.store, pm)
+    storage = Storage(store, prefix=config.prefix, instance=config.instance)
+    contexts = ContextService(config.contexts, storage)
+    catalogue = SkillCatalogue(config.skills)
+    prompts = PromptAssembler(config.prompt, catalogue)
+    skillset = SkillSet(contexts, catalogue, prompts)
+    listing = Listing(contexts)
+    deletion = Deletion(contexts)
+    compactor = Compactor(
+        contexts, config, summarisers(config, pm), observer=metrics.PrometheusObserver()
+    )
+    return Domain(
+        storage=storage,
+        contexts=contexts,
+        turns=Turns(contexts, skillset),
+        listing=listing,
+        deletion=deletion,
+        expiry=Expiry(contexts, listing, deletion),
+        compactor=compactor,
+        auto=AutoCompaction(compactor, contexts.feed),
+        planning=Planning(contexts, config.plan),
+        catalogue=catalogue,
+        prompts=prompts,
+        skillset=skillset,
+        memory=Memory(config.memory, memory_backend(config, storage)),
+    )
+
+
+def servicers(domain: Domain) -> tuple[ContextServicer, MemoryServicer]:
+    """The gRPC adapters over ``domain``."""
+    contexts = ContextServicer(
+        contexts=domain.contexts,
+        turns=domain.turns,
+        listing=domain.listing,
+        deletion=domain.deletion,
+        compactor=domain.compactor,
+        planning=domain.planning,
+        skillset=domain.skillset,
+    )
+    return contexts, MemoryServicer(domain.memory)
