@@ -66,7 +66,7 @@ class S3Store(Store):
         if self.max_key_bytes < 256:
             raise ValueError("s3 store prefix is too long; keep it well under 1024 bytes")
         self.endpoint_url = endpoint_url
-        caps = {Capability.DELETE, Capability.CONDITIONAL_PUT}
+        caps = {Capability.DELETE, Capability.CONDITIONAL_PUT, Capability.SHARED}
         if can_list:
             caps.add(Capability.LIST)
         self.capabilities = frozenset(caps)

@@ -82,6 +82,16 @@ class ContextsConfig:
     idempotency_keys: int = 256
     #: Seconds between sweeps for idle conversations (0 disables the sweep).
     expire_interval: float = 3600.0
+    #: What reads of a context reflect on a store shared by replicas (S3):
+    #: "latest" (every write any replica acknowledged before the read, at the
+    #: cost of one small request) or "cached" (this replica's copy, which may
+    #: lag other replicas' writes). Stores used by one process ignore it.
+    read_consistency: str = "latest"
+    #: Seconds between checks for other replicas' changes of a watched context.
+    watch_poll_interval: float = 0.5
+    #: Seconds a deleted conversation's fence record stays on a shared store,
+    #: so a replica holding an old copy can never append to it.
+    fence_hold: float = 600.0
 
     def validate(self) -> None:
         for name in (
@@ -94,7 +104,11 @@ class ContextsConfig:
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"contexts.{name} must be positive")
-        for name in ("conversation_ttl", "expire_interval"):
+        if self.read_consistency not in ("latest", "cached"):
+            raise ValueError('contexts.read_consistency must be "latest" or "cached"')
+        if self.watch_poll_interval <= 0:
+            raise ValueError("contexts.watch_poll_interval must be positive")
+        for name in ("conversation_ttl", "expire_interval", "fence_hold"):
             if getattr(self, name) < 0:
                 raise ValueError(f"contexts.{name} must be 0 (off) or positive")
 

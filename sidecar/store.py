@@ -35,6 +35,10 @@ class Capability(enum.StrEnum):
     #: Without it the sidecar checks preconditions itself under an in-process
     #: lock, which is only safe while one sidecar uses the store.
     CONDITIONAL_PUT = "conditional_put"
+    #: Several sidecar processes may use the backend at once (a bucket shared
+    #: by replicas). The sidecar then checks the store on every read of a
+    #: context, so each replica serves what any replica acknowledged.
+    SHARED = "shared"
 
 
 @dataclass(frozen=True, slots=True)

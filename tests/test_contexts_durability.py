@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 
 import grpc
 import pytest
@@ -175,14 +176,28 @@ def test_a_writer_far_behind_cannot_reuse_sealed_versions(start_sidecar, store_u
 
 @pytest.mark.parametrize("backend", ["lmdb", "s3"])
 def test_delete_leaves_no_keys_behind(start_sidecar, store_uri_for, backend):
-    r = start_sidecar(store_uri_for(backend), contexts__checkpoint_every=3)
+    hold = 2.0
+    r = start_sidecar(
+        store_uri_for(backend), contexts__checkpoint_every=3, contexts__fence_hold=hold
+    )
     c, svc = r.contexts, service_of(r)
     for i in range(20):
         append(c, "doomed", user(f"turn {i} " + "q" * 500))
         append(c, "kept", user(f"turn {i}"))
     run(r, svc.checkpoint_now("doomed"))
+    deleted_at = time.monotonic()
     assert c.DeleteContext(pb.DeleteContextRequest(context_id="doomed")).deleted
     assert run(r, svc.janitor.drain(30))
+    keys = run(r, svc.storage.list(""))
+    left = [k for k in keys if "doomed" in k]
+    if svc.storage.shared and time.monotonic() - deleted_at < hold:
+        # Replicas share the store: the fence and its trash record are held a while.
+        assert sorted(k.split("/")[0] for k in left) == ["context-log", "context-trash"], left
+    deadline = time.monotonic() + hold + 30
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        run(r, svc.janitor.drain(30))
+        left = [k for k in run(r, svc.storage.list("")) if "doomed" in k]
     keys = run(r, svc.storage.list(""))
     assert keys and not [k for k in keys if "doomed" in k]
     assert [k for k in keys if "/kept" in k]

@@ -13,7 +13,7 @@ import pytest
 
 from sidecar.api.ctxd.v1 import context_pb2 as pb
 from sidecar.api.ctxd.v1 import context_pb2_grpc
-from tests.test_contexts import append, assistant, full, list_all, rpc_error, user
+from tests.test_contexts import append, assistant, full, list_all, rpc_error, texts, user
 
 KILLS = 20
 RETRYABLE = {
@@ -137,7 +137,7 @@ def test_kill_9_loses_no_acknowledged_turn(spawn_sidecar, store_uri_for, backend
     assert full(sc.running().contexts, "crash").version == ctx.version
 
 
-@pytest.mark.parametrize("point", ["contexts.after_trash_record", "contexts.after_head_delete"])
+@pytest.mark.parametrize("point", ["contexts.after_fence", "contexts.after_head_delete"])
 def test_a_deletion_cut_short_by_a_crash_is_finished_on_restart(spawn_sidecar, tmp_path, point):
     import lmdb
 
@@ -166,3 +166,31 @@ def test_a_deletion_cut_short_by_a_crash_is_finished_on_restart(spawn_sidecar, t
     env.close()
     assert [k for k in keys if "kept" in k]
     assert not [k for k in keys if "doomed" in k], keys
+
+
+def test_a_deletion_cut_short_before_its_fence_never_happened(spawn_sidecar, tmp_path):
+    """The fence record is the commit: a crash before it leaves the context
+    whole, and its trash record is dropped at the next start."""
+    import lmdb
+
+    data = tmp_path / "data"
+    args = ("--store", f"lmdb://{data}", "--set", "contexts.checkpoint_every=2")
+    sc = spawn_sidecar(*args, env={"CTXD_CRASH_POINT": "contexts.after_trash_record"})
+    c = sc.running().contexts
+    for i in range(7):
+        append(c, "spared", user(f"s{i}"))
+    with pytest.raises(grpc.RpcError):
+        c.DeleteContext(pb.DeleteContextRequest(context_id="spared"), timeout=10)
+    assert sc.proc.wait(10) == 70  # stopped at the crash point
+    sc.env.pop("CTXD_CRASH_POINT")
+    sc.start()
+    c = sc.running().contexts
+    assert texts(full(c, "spared")) == [f"s{i}" for i in range(7)]
+    assert append(c, "spared", user("s7")).version == 8
+    assert sc.terminate() == 0
+
+    env = lmdb.open(str(data), readonly=True, lock=False)
+    with env.begin() as txn:
+        keys = [k.decode() for k, _ in txn.cursor()]
+    env.close()
+    assert not [k for k in keys if "context-trash" in k and "_index" not in k], keys

@@ -57,6 +57,7 @@ class Storage:
         self.can_list = Capability.LIST in store.capabilities
         self.can_delete = Capability.DELETE in store.capabilities
         self.can_cas = Capability.CONDITIONAL_PUT in store.capabilities
+        self.shared = Capability.SHARED in store.capabilities
         self._pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="store")
         self._locks = [asyncio.Lock() for _ in range(64)]
         self._async_writes: dict[Callable, Callable] = (

@@ -69,6 +69,7 @@ class Domain:
         await self.auto.stop()
         await self.compactor.stop()
         self.expiry.stop()
+        self.deletion.stop()
         await self.contexts.stop()
         await self.memory.stop()
         await self.storage.close()

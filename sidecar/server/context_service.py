@@ -160,16 +160,14 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
         return resp
 
     async def WatchContext(self, request: pb.WatchContextRequest, context):
-        st = await self.contexts.get(request.context_id)
-        feed = self.contexts.feed
-        sub = feed.subscribe(st.id)
+        sub = await self.contexts.watch(request.context_id)
         try:
             async for ev in sub:
                 out = event_pb(ev)
                 if out is not None:
                     yield out
         finally:
-            feed.unsubscribe(sub)
+            self.contexts.unwatch(sub)
 
     # -- plan and preflight --------------------------------------------------------------------
     async def UpdatePlan(self, request: pb.UpdatePlanRequest, context) -> pb.UpdatePlanResponse:

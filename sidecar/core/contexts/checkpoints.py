@@ -64,7 +64,7 @@ class Checkpointer:
     async def checkpoint(self, e: Entry) -> bool:
         """Write the entry's checkpoint now; True when a new head was written."""
         st = e.state
-        if st is None or not st.loaded or st.head_etag is None:
+        if st is None or not st.loaded or st.head_etag is None or st.deleted:
             return False
         async with e.ckpt_lock:
             if e.state is not st:
@@ -101,7 +101,9 @@ class Checkpointer:
     def on_evict(self, e: Entry) -> None:
         """The registry let ``e`` go: write what its head does not cover yet."""
         st = e.state
-        if st is None or st.head_etag is None or not (st.version > st.head_version or st.dirty):
+        if st is None or st.head_etag is None or st.deleted:
+            return
+        if not (st.version > st.head_version or st.dirty):
             return
         self.flushing[e.id] = self._spawn(self._flush_evicted(e))
 

@@ -78,7 +78,8 @@ class Expiry:
             if svc.now() - st.updated <= ttl_ms:
                 return False  # a turn arrived meanwhile
             if self.config.on_expire == "delete":
-                await self.deletion.delete_locked(e, st)
+                if not await self.deletion.delete_locked(e, st):
+                    return False  # another replica wrote it meanwhile: not idle
                 kind = "deleted"
             else:
                 st.archived = True

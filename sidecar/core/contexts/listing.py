@@ -70,11 +70,12 @@ class Listing:
         return out, "" if exhausted else encode_token(after)
 
     async def listed(self, cid: str, item: Item) -> ContextInfo | None:
-        """Info of a listed context: from memory if resident, else from its
-        head and log tail (no segments)."""
+        """Info of a listed context: from memory if resident (unless other
+        replicas may have changed it), else from its head and log tail (no
+        segments)."""
         svc = self.contexts
         e = svc.registry.peek(cid)
-        if e is not None and e.state is not None and not e.stale:
+        if e is not None and e.state is not None and not e.stale and not svc.check_reads:
             return e.state.info() if e.state.exists else None
         try:
             head = svc.store.parse_head(cid, item)

@@ -277,6 +277,11 @@ class ContextState:
     dirty: bool = False
     #: False for a listing peek (head + log tail only, no segments).
     loaded: bool = True
+    #: The incarnation ended: a ``deleted`` record fenced it (see :mod:`.deletion`).
+    deleted: bool = False
+    #: A new incarnation replaces a deleted one whose head is still stored:
+    #: its creation overwrites that head (conditional on this version).
+    replaces_head: str | None = None
 
     # -- derived ---------------------------------------------------------------------
     @property
@@ -289,8 +294,9 @@ class ContextState:
 
     @property
     def exists(self) -> bool:
-        """A conversation exists once its first change is durable; root always."""
-        return self.kind == ROOT or self.version > 0
+        """A conversation exists once its first change is durable (and until a
+        deletion fences it); root always."""
+        return not self.deleted and (self.kind == ROOT or self.version > 0)
 
     def info(self) -> ContextInfo:
         return ContextInfo(

@@ -53,6 +53,8 @@ class Op:
     #: The handler reads or changes the transcript itself, so it can only be
     #: replayed on a fully loaded state (not on a listing peek).
     needs_messages: bool = False
+    #: The event kind the feed announces for it (:mod:`.events`).
+    event: str = "change"
 
 
 class DamagedRecord(Exception):
@@ -114,14 +116,21 @@ def _skills(state: ContextState, rec: dict[str, Any]) -> None:
     state.skills = [SkillRef(str(n), str(h)) for n, h in rec.get("refs", ())]
 
 
-APPEND = Op("append", _append)
-COMPACT = Op("compact", _compact, needs_messages=True)
-PLAN = Op("plan", _plan)
-PREFLIGHT = Op("preflight", _preflight)
-SKILLS = Op("skills", _skills)
+def _deleted(state: ContextState, rec: dict[str, Any]) -> None:
+    """The fence of a deletion: the incarnation ends at this version, so no
+    writer anywhere can append to it any more (its version is taken)."""
+    state.deleted = True
+
+
+APPEND = Op("append", _append, event="turn")
+COMPACT = Op("compact", _compact, needs_messages=True, event="compaction")
+PLAN = Op("plan", _plan, event="plan")
+PREFLIGHT = Op("preflight", _preflight, event="preflight")
+SKILLS = Op("skills", _skills, event="skills")
+DELETED = Op("deleted", _deleted, event="deleted")
 
 #: Every op a log may hold, by name.
-OPS: dict[str, Op] = {o.name: o for o in (APPEND, COMPACT, PLAN, PREFLIGHT, SKILLS)}
+OPS: dict[str, Op] = {o.name: o for o in (APPEND, COMPACT, PLAN, PREFLIGHT, SKILLS, DELETED)}
 
 
 def register(new: Op) -> Op:
@@ -130,6 +139,12 @@ def register(new: Op) -> Op:
         raise ValueError(f"op {new.name!r} is already registered")
     OPS[new.name] = new
     return new
+
+
+def event_of(rec: dict[str, Any]) -> str:
+    """The event kind a record is announced as."""
+    found = OPS.get(rec.get("op", ""))
+    return found.event if found is not None else "change"
 
 
 def needs_messages(rec: dict[str, Any]) -> bool:

@@ -124,9 +124,15 @@ class ContextStore:
         return head
 
     async def create_head(self, st: ContextState) -> None:
-        """Write the head of a new context (version 0); Conflict if one exists."""
+        """Write the head of a new context (version 0); Conflict if one exists
+        (other than the deleted incarnation ``st.replaces_head`` names)."""
         body = encode(st.head_dict([], 0, []))
-        st.head_etag = await self.storage.put(head_key(st.id), body, if_absent=True)
+        if st.replaces_head is not None:
+            # The head of a deleted incarnation is still stored: take its place.
+            etag = await self.storage.put(head_key(st.id), body, if_version=st.replaces_head)
+        else:
+            etag = await self.storage.put(head_key(st.id), body, if_absent=True)
+        st.head_etag, st.replaces_head = etag, None
         st.head_version = st.version
 
     # -- log -------------------------------------------------------------------------

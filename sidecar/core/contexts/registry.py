@@ -31,6 +31,7 @@ class Entry:
         "ckpt_lock",
         "ckpt_task",
         "ckpt_again",
+        "verified",
     )
 
     def __init__(self, cid: str) -> None:
@@ -47,6 +48,8 @@ class Entry:
         self.ckpt_lock = asyncio.Lock()
         self.ckpt_task: asyncio.Task | None = None
         self.ckpt_again = False
+        #: Monotonic time the state was last confirmed against the store.
+        self.verified = 0.0
 
     @property
     def busy(self) -> bool:

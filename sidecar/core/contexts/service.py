@@ -25,15 +25,16 @@ from typing import Any
 from sidecar.config import ContextsConfig
 from sidecar.core.contexts import validate
 from sidecar.core.contexts.checkpoints import Checkpointer
-from sidecar.core.contexts.events import ContextEvent, EventFeed
+from sidecar.core.contexts.events import ContextEvent, EventFeed, Subscription
 from sidecar.core.contexts.janitor import Janitor
 from sidecar.core.contexts.model import CONVERSATION, ROOT, ROOT_ID, ContextState
-from sidecar.core.contexts.ops import DamagedRecord, apply_record
+from sidecar.core.contexts.ops import DamagedRecord, apply_record, event_of
 from sidecar.core.contexts.persistence import (
     HEADS,
     TRASH,
     ContextStore,
     HeadMoved,
+    log_key,
     not_found,
 )
 from sidecar.core.contexts.registry import Entry, Registry
@@ -82,7 +83,15 @@ class ContextService:
             config.cache_max_contexts, config.cache_max_bytes, self.checkpoints.on_evict
         )
         self._tasks: set[asyncio.Task] = set()
+        self._followers: dict[str, asyncio.Task] = {}
         self.root_ready = False
+        #: Reads check the store for other replicas' writes (shared stores,
+        #: unless ``contexts.read_consistency = "cached"``).
+        self.check_reads = storage.shared and config.read_consistency != "cached"
+        self.watch_poll = config.watch_poll_interval
+        #: Seconds a deletion's fence is held: only replicas need it.
+        self.fence_hold = config.fence_hold if storage.shared else 0.0
+        self.reverify_after = self.fence_hold / 2
 
     # -- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -94,6 +103,8 @@ class ContextService:
     async def stop(self, timeout: float = 10.0) -> None:
         """Checkpoint what is resident (so a restart restores quickly) and
         finish background work, within ``timeout`` seconds."""
+        for task in self._followers.values():
+            task.cancel()
         self.checkpoints.all_dirty(self.registry.entries())
         deadline = asyncio.get_running_loop().time() + timeout
         pending = [t for t in self._tasks if not t.done()]
@@ -118,9 +129,11 @@ class ContextService:
         self.feed.emit(ContextEvent(cid, kind, version, ts, detail), st)
 
     # -- loading -----------------------------------------------------------------------------------
-    def new_state(self, cid: str) -> ContextState:
+    def new_state(self, cid: str, replacing: ContextState | None = None) -> ContextState:
+        """A fresh incarnation of ``cid`` (taking the place of ``replacing``,
+        a deleted one whose head may still be stored)."""
         now = self.now()
-        return ContextState(
+        st = ContextState(
             id=cid,
             kind=ROOT if cid == ROOT_ID else CONVERSATION,
             gen=secrets.token_hex(4),
@@ -129,11 +142,19 @@ class ContextService:
             model_window=self.config.default_model_window,
             idem_cap=self.config.idempotency_keys,
         )
+        if replacing is not None and replacing.deleted:
+            st.replaces_head = replacing.head_etag
+        return st
 
     async def load(self, e: Entry) -> ContextState | None:
-        """The entry's state, restored if needed. Call with ``e.lock`` held."""
+        """The entry's state, restored if needed. Call with ``e.lock`` held.
+
+        On a shared store a copy not confirmed against the store for
+        ``reverify_after`` seconds is restored again (a deletion's fence may
+        be gone by then, see :mod:`.deletion`)."""
         if e.state is not None and not e.stale:
-            return e.state
+            if not self.storage.shared or time.monotonic() - e.verified < self.reverify_after:
+                return e.state
         await self.checkpoints.wait_flushed(e.id)
         async with e.ckpt_lock:
             st = await self.store.restore(e.id)
@@ -141,15 +162,40 @@ class ContextService:
             st = self.new_state(ROOT_ID)
         elif st is not None:
             self.checkpoints.sweep(self.store.cleanup_for(st))
+        if st is not None and st.deleted:
+            st.messages.clear()
         e.state, e.stale = st, False
+        e.verified = time.monotonic()
         return st
 
-    async def read(self, cid: str) -> ContextState | None:
+    async def read(self, cid: str, *, latest: bool = False) -> ContextState | None:
+        """The context's state; with ``latest`` on a shared store, first
+        checked against the store (one small read: the next log record)."""
         async with self.registry.use(cid) as e:
             if e.state is None or e.stale:
                 async with e.lock:
                     await self.load(e)
+            elif latest and self.check_reads:
+                async with e.lock:
+                    await self.catch_up(e)
             return e.state
+
+    async def catch_up(self, e: Entry) -> None:
+        """Apply what other replicas committed since our copy (lock held)."""
+        st = await self.load(e)
+        if st is None or st.deleted:
+            return
+        if st.head_etag is None:
+            # Not durable here: another replica may have created it since.
+            e.stale = True
+            await self.load(e)
+            return
+        item = await self.storage.get(log_key(st.id, st.gen, st.version + 1))
+        if item is not None:
+            await self.refresh(e)
+            if e.stale:
+                await self.load(e)
+        e.verified = time.monotonic()
 
     async def create(self, st: ContextState) -> None:
         """Make a new context durable (head at version 0, listed)."""
@@ -173,6 +219,7 @@ class ContextService:
         """Write the record (the serialisation point), then apply it."""
         with self.janitor.foreground():
             await self.store.write_log(st, rec)
+        e.verified = time.monotonic()
         if built is not None:
             rec["_built"] = built
         try:
@@ -192,6 +239,15 @@ class ContextService:
             tail = await self.store.read_tail(st.id, st.gen, st.version)
             for rec in tail:
                 apply_record(st, rec)
+                # Another replica's change: announced here as it was there.
+                gone = st.deleted
+                self.feed.emit(
+                    ContextEvent(st.id, event_of(rec), st.version, st.updated, {}),
+                    None if gone else st,
+                )
+                if gone:
+                    st.messages.clear()
+                    break
             if lost_race and not tail:
                 e.stale = True
         except (HeadMoved, DamagedRecord):
@@ -255,14 +311,46 @@ class ContextService:
         raise Unavailable(f"context {cid} is being written elsewhere; retry")
 
     # -- reads -------------------------------------------------------------------------------------
-    async def get(self, context_id: str) -> ContextState:
+    async def get(self, context_id: str, *, latest: bool = True) -> ContextState:
         """The context's record. Treat it as read-only and read it without
-        awaiting in between (it is the live object)."""
+        awaiting in between (it is the live object). ``latest`` (the default)
+        reflects every write any replica acknowledged before the call, on
+        shared stores at the cost of one small read; ``latest=False`` may
+        serve this replica's cached copy."""
         cid = validate.context_id(context_id)
-        st = await self.read(cid)
+        st = await self.read(cid, latest=latest)
         if st is None or not st.exists:
             raise not_found(cid)
         return st
+
+    # -- watching ----------------------------------------------------------------------------
+    async def watch(self, context_id: str) -> Subscription:
+        """Subscribe to a context's events (it must exist). On a shared store
+        the context is checked every ``watch_poll`` seconds while watched, so
+        the watcher also sees what other replicas commit."""
+        st = await self.get(context_id)
+        sub = self.feed.subscribe(st.id)
+        if self.storage.shared and st.id not in self._followers:
+            task = asyncio.create_task(self._follow(st.id), name=f"follow {st.id}")
+            self._followers[st.id] = task
+        return sub
+
+    def unwatch(self, sub: Subscription) -> None:
+        self.feed.unsubscribe(sub)
+
+    async def _follow(self, cid: str) -> None:
+        try:
+            while self.feed.watchers(cid):
+                await asyncio.sleep(self.watch_poll)
+                try:
+                    await self.read(cid, latest=True)
+                except CtxdError as exc:
+                    log.debug(
+                        "watched context not checked", extra={"context": cid, "error": str(exc)}
+                    )
+        finally:
+            if self._followers.get(cid) is asyncio.current_task():
+                del self._followers[cid]
 
     async def checkpoint_now(self, cid: str) -> bool:
         """Checkpoint a resident context at once (admin tools, tests)."""

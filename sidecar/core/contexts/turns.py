@@ -120,8 +120,9 @@ class Turns:
             caught_up = False
             for attempt in range(COMMIT_ATTEMPTS):
                 st = await svc.load(e)
-                if st is None:
-                    st = e.state = svc.new_state(cid)
+                if st is None or st.deleted:
+                    # A deleted conversation's id starts a new one.
+                    st = e.state = svc.new_state(cid, replacing=st)
                 if key and key in st.idem:
                     return _result(st.idem[key], replayed=True)
                 if req.expected_version is not None and req.expected_version != st.version:
