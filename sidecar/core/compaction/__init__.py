@@ -3,6 +3,8 @@
 Pure domain code (no gRPC, no storage). The contexts record calls it:
 
 * :func:`plan_cut` — where to cut (``Cut`` or ``Decline`` with a reason);
+  :func:`open_calls`, :func:`abandoned_calls` — tool calls that pin the cut;
+  :func:`summary_placement` — where the summary goes in a provider's shape;
 * :func:`build_system_prompt`, :func:`build_excerpt`, :data:`ANSWER_SCHEMA_JSON`
   — what ``PlanCompaction`` hands a runtime;
 * :func:`parse_answer`, :func:`merge` — reading an answer and merging it
@@ -16,7 +18,16 @@ Messages are read through :class:`MessageView` (see :mod:`.view`).
 """
 
 from sidecar.core.compaction.backoff import Backoff, BackoffPolicy, BackoffStatus
-from sidecar.core.compaction.cut import DEFAULT_KEEP_LAST, Cut, Decline, plan_cut
+from sidecar.core.compaction.cut import (
+    DEFAULT_KEEP_LAST,
+    Cut,
+    Decline,
+    abandoned_calls,
+    open_calls,
+    place_summary,
+    plan_cut,
+    summary_placement,
+)
 from sidecar.core.compaction.errors import MalformedAnswer, SummariserError
 from sidecar.core.compaction.excerpt import (
     ANSWER_SCHEMA,
@@ -67,16 +78,20 @@ __all__ = [
     "SummaryRequest",
     "ToolCallData",
     "ToolCallView",
+    "abandoned_calls",
     "build_excerpt",
     "build_system_prompt",
     "clip",
     "estimate_message_tokens",
     "estimate_text_tokens",
     "merge",
+    "open_calls",
     "parse_answer",
+    "place_summary",
     "plan_cut",
     "render_message",
     "skill_references",
     "skills_to_evict",
     "summarise",
+    "summary_placement",
 ]
