@@ -9,6 +9,8 @@ Pure domain code (no gRPC, no storage). The contexts record calls it:
   — what ``PlanCompaction`` hands a runtime;
 * :func:`parse_answer`, :func:`merge` — reading an answer and merging it
   into the stored :class:`Summary`;
+* :func:`extract_ledger`, :class:`Ledger` — the verbatim artifacts of folded
+  messages, merged into the summary (``merge(..., folded=...)``);
 * :func:`skills_to_evict` — loaded skills the kept window no longer needs;
 * :func:`summarise` — running a summariser plugin (``Compact`` and the
   automatic trigger), in several passes when its window needs them;
@@ -39,6 +41,8 @@ from sidecar.core.compaction.excerpt import (
     clip,
     render_message,
 )
+from sidecar.core.compaction.ledger import DEFAULT_LEDGER_CAP, Artifact, Ledger, LedgerCap
+from sidecar.core.compaction.ledger import extract as extract_ledger
 from sidecar.core.compaction.skills import skill_references, skills_to_evict
 from sidecar.core.compaction.summarise import (
     Summariser,
@@ -62,12 +66,16 @@ __all__ = [
     "CLIP_CHARS",
     "DEFAULT_CAP",
     "DEFAULT_KEEP_LAST",
+    "DEFAULT_LEDGER_CAP",
     "SYSTEM_PROMPT",
+    "Artifact",
     "Backoff",
     "BackoffPolicy",
     "BackoffStatus",
     "Cut",
     "Decline",
+    "Ledger",
+    "LedgerCap",
     "MalformedAnswer",
     "MessageData",
     "MessageView",
@@ -84,6 +92,7 @@ __all__ = [
     "clip",
     "estimate_message_tokens",
     "estimate_text_tokens",
+    "extract_ledger",
     "merge",
     "open_calls",
     "parse_answer",
