@@ -74,7 +74,14 @@ def test_commands_from_tool_arguments():
         "cd /srv/app",
         "make deploy",
     ]
-    assert found["tool"][0] == "shell(cmd=pytest -q tests/test_app.py)"
+    # values that are artifacts themselves are named by key only
+    assert found["tool"] == [
+        "shell(cmd)",
+        "exec(command, args)",
+        "run(args)",
+        "bash(input)",
+        "bash(script)",
+    ]
     assert "tests/test_app.py" in found["path"]
 
 
@@ -157,7 +164,11 @@ def test_tool_names_with_key_arguments():
         json.dumps({"path": "/a.py", "start": 10, "body": "x" * 500, "lines": "multi\nline"}),
     )
     found = kinds_of(extract([M.assistant("a", "", call, ToolCallData("c2", "ping", "{}"))]))
-    assert found["tool"] == ["read_file(path=/a.py, start=10)", "ping()"]
+    assert found["tool"] == ["read_file(path, start=10, body)", "ping()"]
+    call = ToolCallData("c3", "deploy", json.dumps({"env": "prod", "replicas": 3}))
+    assert kinds_of(extract([M.assistant("a", "", call)]))["tool"] == [
+        "deploy(env=prod, replicas=3)"
+    ]
 
 
 def test_deterministic():
@@ -212,8 +223,8 @@ def test_position_is_the_seq_without_one():
 def test_cap_on_items_keeps_the_most_recent():
     messages = [MessageData("user", f"u{i}", text=f"OPS-{1000 + i}", seq=i) for i in range(300)]
     ledger = extract(messages)
-    assert len(ledger) == DEFAULT_LEDGER_CAP.items == 200
-    assert ledger.texts()[0] == "OPS-1100" and ledger.texts()[-1] == "OPS-1299"
+    assert len(ledger) == DEFAULT_LEDGER_CAP.items == 256
+    assert ledger.texts()[0] == "OPS-1044" and ledger.texts()[-1] == "OPS-1299"
     small = extract(messages, LedgerCap(items=5))
     assert small.texts() == [f"OPS-{1295 + i}" for i in range(5)]
 
@@ -245,6 +256,22 @@ def test_rendered_size_is_exact_and_within_the_cap(texts, items, size):
     ledger = extract([MessageData("assistant", f"m{i}", text=t) for i, t in enumerate(texts)], cap)
     assert ledger.byte_size() == len(ledger.render().encode("utf-8"))
     assert ledger.byte_size() <= size and len(ledger) <= items
+
+
+def test_an_entry_inside_a_newer_one_is_not_listed_again():
+    messages = [
+        MessageData("user", "a", text="order 7310000 and src/a.py", seq=1),
+        MessageData(
+            "user", "b", text="see https://x.test/o/7310000 and `pytest src/a.py -x`", seq=2
+        ),
+        MessageData("user", "c", text="then https://x.test/o/7310000/items", seq=3),
+    ]
+    ledger = extract(messages)
+    # the order number and the shorter URL are inside newer entries; src/a.py
+    # is seen again in the same message as the command, so it stays
+    assert ledger.texts() == ["pytest src/a.py -x", "src/a.py", "https://x.test/o/7310000/items"]
+    rendered = ledger.render()
+    assert all(t in rendered for t in ("7310000", "src/a.py", "https://x.test/o/7310000"))
 
 
 def test_long_entries_are_clipped():

@@ -18,12 +18,17 @@ id        ticket ids (``ABC-123``), UUIDs, hex hashes, prefixed ids
 number    digit runs of 5 or more (order numbers …), kept as text
 error     error codes (``E1234``, ``TS2345``), HTTP 4xx/5xx statuses, errno
           names (``ENOENT``), exception names, signals, exit codes
-tool      a tool name with its short key arguments: ``read_file(path=/a.py)``
+tool      a tool name with its key arguments: ``read_file(path, start=10)``;
+          values that are artifacts themselves (paths, URLs, commands) are
+          listed under their kind and named here by key only
 ========= =================================================================
 
 A :class:`Ledger` is deduplicated by (kind, normalised text) and bounded by
-a :class:`LedgerCap` (default 200 items and 8 KiB of rendered UTF-8 text);
+a :class:`LedgerCap` (default 256 items and 8 KiB of rendered UTF-8 text);
 past either bound the oldest entries (lowest message ``seq``) are dropped.
+An entry whose text already appears verbatim inside a newer kept entry (an
+order number inside a URL, a path inside a command) is not listed again, so
+the cap holds more distinct artifacts.
 Each entry keeps its latest verbatim text and the ``seq`` of the last message
 it was seen in. :meth:`Ledger.merged` folds a newer ledger into an older one
 (a compaction adds its folded slice's artifacts to the previous ledger).
@@ -59,7 +64,9 @@ _TITLES = {
 _LINE_KINDS = frozenset({"command", "tool"})
 HEADER = "Artifacts (verbatim from folded messages):"
 
-DEFAULT_MAX_ITEMS = 200
+#: The byte cap bounds the prompt cost; the item cap only bounds the count of
+#: short entries (ids, numbers) and is set so the byte cap usually binds first.
+DEFAULT_MAX_ITEMS = 256
 DEFAULT_MAX_BYTES = 8 * 1024
 #: Longest entry kept, in characters (longer ones keep their beginning + "…").
 ENTRY_MAX_CHARS = 240
@@ -197,6 +204,8 @@ def _build(entries: Iterable[Artifact], cap: LedgerCap) -> Ledger:
     for a in reversed(ordered):  # newest first
         if len(kept) == cap.items:
             break
+        if any(len(k.text) > len(a.text) and a.text in k.text for k in kept):
+            continue  # already verbatim inside a newer entry
         cost = _entry_bytes(a) + (0 if a.kind in kinds else _kind_bytes(a.kind))
         if total + cost > cap.bytes:
             break
@@ -367,9 +376,15 @@ def _tool_entry(name: str, value: Any) -> str:
             if len(args) == TOOL_ARGS:
                 break
             if isinstance(v, str) and v and "\n" not in v and len(v) <= TOOL_ARG_CHARS:
-                args.append(f"{k}={v}")
+                plain = v.strip()
+                is_artifact = str(k).casefold() in _COMMAND_KEYS or any(
+                    t == plain for _, t in _text_artifacts(plain, commands=False)
+                )
+                args.append(str(k) if is_artifact else f"{k}={v}")
             elif isinstance(v, bool | int | float) or (isinstance(v, str) and v.isdigit()):
                 args.append(f"{k}={v}")
+            else:
+                args.append(str(k))
     return f"{name}({', '.join(args)})"
 
 
