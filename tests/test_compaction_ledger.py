@@ -402,3 +402,38 @@ def test_invalid_cap():
         LedgerCap(items=0)
     with pytest.raises(ValueError):
         LedgerCap(bytes=10)
+
+
+# -- the two scanning paths agree ----------------------------------------------------------
+
+WORDS = [
+    "the", "Deploy", "src/app.py", "/etc/x.toml", "HTTP", "503", "status:", "429", "exit",
+    "code", "137", "order", "4471", "OPS-1234", "a1b2c3d4", "cus_9Zk2", "#482", "1234567",
+    "ENOENT", "KeyError", "https://x.test/a?b=1", "(see", "README.md).", "and/or", "10/20",
+    "Bad", "Gateway", "502", "Dockerfile", "\n", "x" * 30, "502 Bad Gateway", "HTTP/1.1 500",
+    "exit status 2", "invoice no. 381", "order #4471",
+]  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from(WORDS), max_size=60))
+def test_dense_and_sparse_scanning_agree(words):
+    from sidecar.core.compaction import ledger_scan
+
+    text = " ".join(words)
+    original = ledger_scan._dense
+    try:
+        ledger_scan._dense = lambda _text: True
+        dense = list(ledger_scan.text_artifacts(text))
+        ledger_scan._dense = lambda _text: False
+        sparse = list(ledger_scan.text_artifacts(text))
+    finally:
+        ledger_scan._dense = original
+    assert dense == sparse
+
+
+def test_extract_reads_newest_first_within_a_budget():
+    old = [M.user(f"o{i}", f"old/file{i}.py " + "w " * 500) for i in range(10)]
+    new = [M.user("n", "new/file.py")]
+    assert extract([*old, *new], max_chars=1100).texts() == ["old/file9.py", "new/file.py"]
+    assert len(extract([*old, *new]).texts()) == 11

@@ -33,8 +33,10 @@ Each entry keeps its latest verbatim text and the ``seq`` of the last message
 it was seen in. :meth:`Ledger.merged` folds a newer ledger into an older one
 (a compaction adds its folded slice's artifacts to the previous ledger).
 
-Input is untrusted and may be huge: each text field is scanned in at most
-:data:`SCAN_HEAD_CHARS` + :data:`SCAN_TAIL_CHARS` characters; JSON is parsed
+Input is untrusted and may be huge: messages are read newest first until
+the cap is full (at most :data:`EXTRACT_MAX_CHARS` characters, 1 MiB); each text field is
+scanned in at most :data:`SCAN_HEAD_CHARS` + :data:`SCAN_TAIL_CHARS` characters
+(see :mod:`.ledger_scan` for how text is scanned); JSON is parsed
 only below :data:`PARSE_MAX_CHARS` with numbers kept as text (no ``int()`` of
 5000-digit runs) and walked with an explicit stack; JSON the parser cannot
 take (too deep, invalid) is scanned as text. Extraction is deterministic.
@@ -48,6 +50,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sidecar.core.compaction.ledger_scan import text_artifacts
 from sidecar.core.compaction.view import MessageView
 
 KINDS = ("path", "url", "command", "tool", "id", "number", "error")
@@ -73,6 +76,9 @@ ENTRY_MAX_CHARS = 240
 SCAN_HEAD_CHARS = 32 * 1024
 SCAN_TAIL_CHARS = 8 * 1024
 PARSE_MAX_CHARS = 256 * 1024
+#: Most characters one :func:`extract` reads by default (newest messages
+#: first): bounds the cost of folding a huge prefix inside an apply.
+EXTRACT_MAX_CHARS = 1024 * 1024
 #: Most JSON nodes walked in one value.
 WALK_MAX_NODES = 20_000
 #: Tool-call arguments shown per ``tool`` entry, and their longest value.
@@ -190,6 +196,40 @@ def _size(entries: Iterable[Artifact]) -> int:
     return len(HEADER) + total + sum(_kind_bytes(k) for k in kinds)
 
 
+class _Greedy:
+    """Keeps artifacts offered newest first until the cap is full."""
+
+    def __init__(self, cap: LedgerCap) -> None:
+        self.cap = cap
+        self.kept: list[Artifact] = []
+        self.keys: set[tuple[str, str]] = set()
+        self.kinds: set[str] = set()
+        self.total = len(HEADER)
+        self.full = False
+
+    def offer(self, a: Artifact) -> bool:
+        """Keep ``a`` unless seen (a newer sighting won) or covered; ``False`` once full."""
+        if self.full:
+            return False
+        key = a.key
+        if key in self.keys:
+            return True
+        if any(len(k.text) > len(a.text) and a.text in k.text for k in self.kept):
+            return True  # already verbatim inside a newer entry
+        cost = _entry_bytes(a) + (0 if a.kind in self.kinds else _kind_bytes(a.kind))
+        if len(self.kept) == self.cap.items or self.total + cost > self.cap.bytes:
+            self.full = True
+            return False
+        self.total += cost
+        self.kinds.add(a.kind)
+        self.keys.add(key)
+        self.kept.append(a)
+        return True
+
+    def ledger(self) -> Ledger:
+        return Ledger(tuple(reversed(self.kept)))
+
+
 def _build(entries: Iterable[Artifact], cap: LedgerCap) -> Ledger:
     latest: dict[tuple[str, str], Artifact] = {}
     for a in entries:
@@ -198,22 +238,11 @@ def _build(entries: Iterable[Artifact], cap: LedgerCap) -> Ledger:
         if seen is not None and seen.seq > a.seq:
             a = Artifact(a.kind, a.text, seen.seq)
         latest[key] = a
-    ordered = sorted(latest.values(), key=lambda a: a.seq)  # stable: appearance order
-    kept: list[Artifact] = []
-    total, kinds = len(HEADER), set()
-    for a in reversed(ordered):  # newest first
-        if len(kept) == cap.items:
+    greedy = _Greedy(cap)
+    for a in reversed(sorted(latest.values(), key=lambda a: a.seq)):  # stable sort
+        if not greedy.offer(a):
             break
-        if any(len(k.text) > len(a.text) and a.text in k.text for k in kept):
-            continue  # already verbatim inside a newer entry
-        cost = _entry_bytes(a) + (0 if a.kind in kinds else _kind_bytes(a.kind))
-        if total + cost > cap.bytes:
-            break
-        total += cost
-        kinds.add(a.kind)
-        kept.append(a)
-    kept.reverse()
-    return Ledger(tuple(kept))
+    return greedy.ledger()
 
 
 # -- normalising ------------------------------------------------------------------------
@@ -246,16 +275,42 @@ def _clip(text: str) -> str:
 # -- extraction -------------------------------------------------------------------------
 
 
-def extract(messages: Sequence[MessageView], cap: LedgerCap = DEFAULT_LEDGER_CAP) -> Ledger:
+def extract(
+    messages: Sequence[MessageView],
+    cap: LedgerCap = DEFAULT_LEDGER_CAP,
+    max_chars: int = EXTRACT_MAX_CHARS,
+) -> Ledger:
     """The ledger of ``messages``. A message's ``seq`` attribute orders
-    recency; without one its position in ``messages`` is used."""
-    found: list[Artifact] = []
-    for i, m in enumerate(messages):
+    recency; without one its position in ``messages`` is used.
+
+    Messages are read newest first and reading stops once the cap is full
+    (older artifacts could not be kept) or after ``max_chars`` characters
+    (default :data:`EXTRACT_MAX_CHARS`), so the cost does not grow with the
+    folded prefix.
+    """
+    greedy = _Greedy(cap)
+    budget = max_chars
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
+        chars = _chars(m)
+        if chars > budget and i < len(messages) - 1:
+            break  # the newest message is always read (its fields are bounded)
+        budget -= chars
         seq = getattr(m, "seq", None)
         if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
             seq = i
-        found.extend(Artifact(k, _clip(t), seq) for k, t in message_artifacts(m) if t.strip())
-    return _build(found, cap)
+        found = [Artifact(k, _clip(t), seq) for k, t in message_artifacts(m) if t.strip()]
+        for a in reversed(found):
+            if not greedy.offer(a):
+                return greedy.ledger()
+    return greedy.ledger()
+
+
+def _chars(m: MessageView) -> int:
+    n = len(m.text) + len(m.content)
+    for call in m.tool_calls:
+        n += len(call.arguments_json)
+    return min(n, 3 * (SCAN_HEAD_CHARS + SCAN_TAIL_CHARS))
 
 
 def message_artifacts(m: MessageView) -> Iterator[tuple[str, str]]:
@@ -263,7 +318,7 @@ def message_artifacts(m: MessageView) -> Iterator[tuple[str, str]]:
     if m.kind == "tool":
         yield from _json_or_text(m.content)
         return
-    yield from _text_artifacts(m.text, commands=m.kind in ("user", "assistant"))
+    yield from text_artifacts(m.text, commands=m.kind in ("user", "assistant"))
     for call in m.tool_calls:
         yield from _call_artifacts(call.name, call.arguments_json)
 
@@ -311,10 +366,10 @@ def _strings(value: Any) -> Iterator[str]:
 def _json_or_text(text: str) -> Iterator[tuple[str, str]]:
     value = _loads(text)
     if value is None:
-        yield from _text_artifacts(_bounded(text), commands=False)
+        yield from text_artifacts(_bounded(text), commands=False)
         return
     for s in _strings(value):
-        yield from _text_artifacts(s, commands=False)
+        yield from text_artifacts(s, commands=False)
 
 
 _COMMAND_KEYS = frozenset(
@@ -329,7 +384,7 @@ def _call_artifacts(name: str, arguments_json: str) -> Iterator[tuple[str, str]]
     if value is None:
         if name:
             yield "tool", f"{name}()"
-        yield from _text_artifacts(_bounded(arguments_json), commands=False)
+        yield from text_artifacts(_bounded(arguments_json), commands=False)
         return
     if name:
         yield "tool", _tool_entry(name, value)
@@ -337,7 +392,7 @@ def _call_artifacts(name: str, arguments_json: str) -> Iterator[tuple[str, str]]
         if isinstance(v, dict):
             yield from (("command", c) for c in _commands_of(v))
     for s in _strings(value):
-        yield from _text_artifacts(s, commands=False)
+        yield from text_artifacts(s, commands=False)
 
 
 def _commands_of(obj: dict) -> Iterator[str]:
@@ -378,7 +433,7 @@ def _tool_entry(name: str, value: Any) -> str:
             if isinstance(v, str) and v and "\n" not in v and len(v) <= TOOL_ARG_CHARS:
                 plain = v.strip()
                 is_artifact = str(k).casefold() in _COMMAND_KEYS or any(
-                    t == plain for _, t in _text_artifacts(plain, commands=False)
+                    t == plain for _, t in text_artifacts(plain, commands=False)
                 )
                 args.append(str(k) if is_artifact else f"{k}={v}")
             elif isinstance(v, bool | int | float) or (isinstance(v, str) and v.isdigit()):
@@ -386,157 +441,3 @@ def _tool_entry(name: str, value: Any) -> str:
             else:
                 args.append(str(k))
     return f"{name}({', '.join(args)})"
-
-
-# -- text patterns --------------------------------------------------------------------
-
-_URL = re.compile(r"\b(?:https?|ftp|s3|gs|wss?|ssh|git|file)://[^\s<>\"'`\\\[\](){}|]+")
-_UUID = re.compile(r"\b[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}\b")
-_EXT = (
-    r"py|pyi|js|mjs|cjs|ts|tsx|jsx|go|rs|java|kt|c|h|cc|cpp|hpp|rb|php|sh|bash|zsh|ps1|yaml|"
-    r"yml|json|jsonl|toml|ini|cfg|conf|md|rst|txt|csv|tsv|sql|html|css|scss|lock|log|env|xml|"
-    r"proto|tf|tfvars|gradle|mk|vue|svelte|swift|lua|pl|ex|exs|erl|scala|dart|ipynb|pem|crt|"
-    r"key|service|timer|patch|diff|gz|tgz|zip|tar|whl|db|sqlite|parquet"
-)
-_PATH = re.compile(
-    r"(?<![\w/.~@:-])(?:"
-    r"(?:~|\.{1,2})?/(?:[\w.@+%-]+/)*[\w.@+%-]*[A-Za-z_][\w.@+%-]*/?"  # absolute, ~/, ./
-    r"|[\w.@+-]*[A-Za-z][\w.@+-]*(?:/[\w.@+-]+)+/?"  # relative with a slash
-    rf"|[\w-]+(?:\.[\w-]+)*\.(?:{_EXT})"  # bare file name with a known extension
-    r"|(?:Dockerfile|Makefile|Jenkinsfile|Procfile|Gemfile|Vagrantfile)"
-    r")(?![\w/])"
-)
-_HTTP_STATUS = re.compile(
-    r"(?i)\b(?:HTTP(?:/\d(?:\.\d)?)?|status(?: code)?)\s*[:=]?\s*[45]\d\d\b"
-    r"|\b[45]\d\d (?:Internal Server Error|Bad Gateway|Service Unavailable|Gateway Timeout|"
-    r"Not Found|Forbidden|Unauthorized|Bad Request|Too Many Requests|Conflict|Not Implemented)\b"
-)
-_ERRNO = (
-    "ENOENT|EACCES|EPERM|EEXIST|ENOTDIR|EISDIR|EINVAL|ENOSPC|EROFS|EMFILE|ENFILE|EPIPE|EAGAIN|"
-    "EWOULDBLOCK|EINTR|EBADF|EBUSY|EADDRINUSE|EADDRNOTAVAIL|ECONNREFUSED|ECONNRESET|"
-    "ECONNABORTED|ETIMEDOUT|EHOSTUNREACH|ENETUNREACH|ENOTCONN|ENOMEM|E2BIG|ENOTEMPTY|EXDEV|"
-    "ELOOP|ENAMETOOLONG|ENOEXEC|ECHILD|ESRCH|EIO|ENXIO|EFAULT|ENOTSUP|EOPNOTSUPP|EPROTO|EDQUOT|"
-    "ERANGE|EDEADLK|ENOSYS|ESTALE"
-)
-_ERROR = re.compile(
-    rf"\b(?:{_ERRNO})\b"
-    r"|\bE\d{3,5}\b|\b[A-Z]{2,4}\d{4}\b"  # E0308, E1234, TS2345
-    r"|\b[A-Z][A-Za-z0-9]+(?:Error|Exception)\b"
-    r"|\bSIG(?:KILL|TERM|SEGV|ABRT|INT|HUP|PIPE|BUS|ILL|FPE|QUIT)\b"
-    r"|\b(?:OOMKilled|CrashLoopBackOff|ImagePullBackOff|ErrImagePull)\b"
-    r"|(?i:\bexit (?:code|status) \d{1,3}\b)"
-)
-_TICKET = re.compile(r"\b[A-Z][A-Z0-9]{1,9}(?:-[A-Z0-9]{1,12})*-\d{2,12}\b")
-_NOT_TICKETS = frozenset({"UTF-16", "UTF-32", "SHA-256", "SHA-512", "ISO-8601", "ISO-8859"})
-_HASH = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,64}\b")
-_PREFIXED = re.compile(r"\b(?=[A-Za-z_]*\d)[a-z][a-z0-9]*_[A-Za-z0-9_]{3,}\b")
-_REF = re.compile(r"(?<![\w&])#\d{2,12}\b")
-_NUMBER = re.compile(r"(?<![\w.,#-])\d{5,}(?![\w])")
-_CONTEXT_NUMBER = re.compile(
-    r"(?i)\b(?:order|ticket|invoice|issue|case|incident|build|job|run|pr|account|customer)"
-    r"\s*(?:no\.?|number|id)?\s*[:=]?\s*(\d{3,4})\b"
-)
-
-_PROGRAMS = frozenset(
-    "git python python3 pip pip3 uv poetry npm npx yarn pnpm node deno bun go cargo rustc make "
-    "cmake docker podman kubectl helm terraform ansible ls cd cat grep rg sed awk curl wget ssh "
-    "scp rsync tar unzip psql mysql redis-cli sqlite3 systemctl journalctl sudo apt apt-get brew "
-    "pytest ruff mypy black tox chmod chown mkdir rm cp mv ln find tail head less echo export "
-    "aws gcloud az ps kill pkill top du df jq yq nc ping dig nslookup openssl gh java mvn "
-    "gradle dotnet bash sh zsh env source touch diff patch".split()
-)
-_FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
-_SHELL_LANGS = frozenset({"sh", "bash", "shell", "console", "zsh", "terminal", "shell-session"})
-_TICK = re.compile(r"`([^`\n]{2,400})`")
-_PROMPT_LINE = re.compile(r"(?m)^[ \t]*\$ (.+)$")
-
-#: Extraction order: earlier patterns blank their matches for later ones.
-_ORDERED: tuple[tuple[str, re.Pattern], ...] = (
-    ("url", _URL),
-    ("id", _UUID),
-    ("error", _HTTP_STATUS),
-    ("path", _PATH),
-    ("error", _ERROR),
-    ("id", _TICKET),
-    ("id", _HASH),
-    ("id", _PREFIXED),
-    ("id", _REF),
-    ("number", _CONTEXT_NUMBER),
-    ("number", _NUMBER),
-)
-
-
-def _text_artifacts(text: str, commands: bool) -> Iterator[tuple[str, str]]:
-    if not text:
-        return
-    text = _bounded(text)
-    if commands:
-        yield from (("command", c) for c in _text_commands(text))
-    found: list[tuple[int, str, str]] = []
-    work = text
-    for kind, pattern in _ORDERED:
-        spans = []
-        for m in pattern.finditer(work):
-            group = 1 if pattern.groups else 0
-            token = m.group(group)
-            if kind == "url":
-                token = token.rstrip(".,;:!?")
-            elif kind == "path":
-                token = token.rstrip(".:")
-                if not _path_like(token):
-                    continue
-            elif kind == "id" and pattern is _TICKET and token in _NOT_TICKETS:
-                continue
-            found.append((m.start(group), kind, token))
-            spans.append(m.span())
-        if spans:
-            work = _blank(work, spans)
-    found.sort(key=lambda f: f[0])
-    for _, kind, token in found:
-        yield kind, token
-
-
-def _path_like(token: str) -> bool:
-    if "/" not in token:
-        return True  # a bare file name: matched by extension or well-known name
-    if token.startswith(("/", "~", "./", "../")):
-        return len(token) > 1 and any(c.isalpha() for c in token)
-    last = token.rstrip("/").rsplit("/", 1)[-1]
-    ext = last[1:].rsplit(".", 1)[1] if "." in last[1:] else ""
-    return any(c.isalpha() for c in ext) or token.count("/") >= 2
-
-
-def _blank(text: str, spans: list[tuple[int, int]]) -> str:
-    parts, pos = [], 0
-    for a, b in spans:
-        parts.append(text[pos:a])
-        parts.append(" " * (b - a))
-        pos = b
-    parts.append(text[pos:])
-    return "".join(parts)
-
-
-def _text_commands(text: str) -> Iterator[str]:
-    for m in _FENCE.finditer(text):
-        lang, body = m.group(1).lower(), m.group(2)
-        for line in body.splitlines():
-            line = line.strip()
-            if line.startswith(("$ ", "> ")):
-                yield line[2:].strip()
-            elif (lang in _SHELL_LANGS and lang != "console") or (not lang and _program(line)):
-                if line and not line.startswith("#"):
-                    yield line
-    outside = _FENCE.sub(" ", text)
-    for m in _PROMPT_LINE.finditer(outside):
-        yield m.group(1).strip()
-    for m in _TICK.finditer(outside):
-        span = m.group(1).strip()
-        if span.startswith("$ "):
-            yield span[2:].strip()
-        elif " " in span and _program(span):
-            yield span
-
-
-def _program(line: str) -> bool:
-    first = line.split(None, 1)[0] if line.strip() else ""
-    return first.rsplit("/", 1)[-1] in _PROGRAMS
