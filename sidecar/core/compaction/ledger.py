@@ -372,10 +372,11 @@ def _json_or_text(text: str) -> Iterator[tuple[str, str]]:
         yield from text_artifacts(s, commands=False)
 
 
-_COMMAND_KEYS = frozenset(
-    {"cmd", "command", "commands", "script", "shell", "bash", "sh", "commandline", "command_line"}
-)
-_ARGV_KEYS = frozenset({"args", "argv", "arguments"})
+# Tuples, not sets: their order is the extraction order (deterministic).
+_COMMAND_KEYS = (
+    "cmd", "command", "commands", "script", "shell", "bash", "sh", "commandline", "command_line",
+)  # fmt: skip
+_ARGV_KEYS = ("args", "argv", "arguments")
 _PROGRAM_KEYS = ("cmd", "command", "program", "executable", "bin")
 
 
@@ -430,14 +431,14 @@ def _tool_entry(name: str, value: Any) -> str:
         for k, v in value.items():
             if len(args) == TOOL_ARGS:
                 break
-            if isinstance(v, str) and v and "\n" not in v and len(v) <= TOOL_ARG_CHARS:
+            if isinstance(v, bool):  # JSON numbers arrive as text (parse_int=str)
+                args.append(f"{k}={'true' if v else 'false'}")
+            elif isinstance(v, str) and v and "\n" not in v and len(v) <= TOOL_ARG_CHARS:
                 plain = v.strip()
                 is_artifact = str(k).casefold() in _COMMAND_KEYS or any(
                     t == plain for _, t in text_artifacts(plain, commands=False)
                 )
                 args.append(str(k) if is_artifact else f"{k}={v}")
-            elif isinstance(v, bool | int | float) or (isinstance(v, str) and v.isdigit()):
-                args.append(f"{k}={v}")
-            else:
+            else:  # long text, objects, lists, null: named only
                 args.append(str(k))
     return f"{name}({', '.join(args)})"
