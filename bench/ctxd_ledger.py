@@ -139,14 +139,14 @@ def run(path: Path = TRANSCRIPT, cap: LedgerCap = DEFAULT_LEDGER_CAP) -> dict[st
 
 
 def main() -> None:
-    for cap in (DEFAULT_LEDGER_CAP, REFERENCE_CAP):
-        _print(run(cap=cap))
+    _print(run())
+    _print(run(cap=REFERENCE_CAP), "reference, ")
 
 
-def _print(figures: dict[str, Any]) -> None:
+def _print(figures: dict[str, Any], label: str = "") -> None:
     cap = figures["cap"]
     print(f"ledger recall on {figures['transcript']} (keep_last {figures['keep_last']}, "
-          f"cap {cap['items']} items / {cap['bytes']} bytes)")  # fmt: skip
+          f"{label}cap {cap['items']} items / {cap['bytes']} bytes)")  # fmt: skip
     for r in figures["compactions"]:
         print(
             f"after {r['n']} compaction(s): {r['messages']} messages, folded {r['folded']}, "

@@ -437,3 +437,29 @@ def test_extract_reads_newest_first_within_a_budget():
     new = [M.user("n", "new/file.py")]
     assert extract([*old, *new], max_chars=1100).texts() == ["old/file9.py", "new/file.py"]
     assert len(extract([*old, *new]).texts()) == 11
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=True)
+    | st.text(alphabet='ab/._-: 0123456789`$\n{}[]"', max_size=40),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=120, deadline=None)
+@given(json_values, st.sampled_from(["cmd", "command", "args", "script", "path"]))
+def test_any_json_extracts_without_exceptions(value, key):
+    text = json.dumps(value)
+    wrapped = json.dumps({key: value})
+    messages = [
+        M.assistant("a", "", ToolCallData("c", "t", text), ToolCallData("d", "t", wrapped)),
+        M.tool("t", "c", "t", text),
+    ]
+    ledger = extract(messages, LedgerCap(items=20, bytes=600))
+    assert ledger.byte_size() == len(ledger.render().encode()) <= 600 and len(ledger) <= 20
