@@ -3,10 +3,14 @@
 Pure domain code (no gRPC, no storage). The contexts record calls it:
 
 * :func:`plan_cut` — where to cut (``Cut`` or ``Decline`` with a reason);
+  :func:`open_calls`, :func:`abandoned_calls` — tool calls that pin the cut;
+  :func:`summary_placement` — where the summary goes in a provider's shape;
 * :func:`build_system_prompt`, :func:`build_excerpt`, :data:`ANSWER_SCHEMA_JSON`
   — what ``PlanCompaction`` hands a runtime;
 * :func:`parse_answer`, :func:`merge` — reading an answer and merging it
   into the stored :class:`Summary`;
+* :func:`extract_ledger`, :class:`Ledger` — the verbatim artifacts of folded
+  messages, merged into the summary (``merge(..., folded=...)``);
 * :func:`skills_to_evict` — loaded skills the kept window no longer needs;
 * :func:`summarise` — running a summariser plugin (``Compact`` and the
   automatic trigger), in several passes when its window needs them;
@@ -16,7 +20,16 @@ Messages are read through :class:`MessageView` (see :mod:`.view`).
 """
 
 from sidecar.core.compaction.backoff import Backoff, BackoffPolicy, BackoffStatus
-from sidecar.core.compaction.cut import DEFAULT_KEEP_LAST, Cut, Decline, plan_cut
+from sidecar.core.compaction.cut import (
+    DEFAULT_KEEP_LAST,
+    Cut,
+    Decline,
+    abandoned_calls,
+    open_calls,
+    place_summary,
+    plan_cut,
+    summary_placement,
+)
 from sidecar.core.compaction.errors import MalformedAnswer, SummariserError
 from sidecar.core.compaction.excerpt import (
     ANSWER_SCHEMA,
@@ -28,6 +41,8 @@ from sidecar.core.compaction.excerpt import (
     clip,
     render_message,
 )
+from sidecar.core.compaction.ledger import DEFAULT_LEDGER_CAP, Artifact, Ledger, LedgerCap
+from sidecar.core.compaction.ledger import extract as extract_ledger
 from sidecar.core.compaction.skills import skill_references, skills_to_evict
 from sidecar.core.compaction.summarise import (
     Summariser,
@@ -51,12 +66,16 @@ __all__ = [
     "CLIP_CHARS",
     "DEFAULT_CAP",
     "DEFAULT_KEEP_LAST",
+    "DEFAULT_LEDGER_CAP",
     "SYSTEM_PROMPT",
+    "Artifact",
     "Backoff",
     "BackoffPolicy",
     "BackoffStatus",
     "Cut",
     "Decline",
+    "Ledger",
+    "LedgerCap",
     "MalformedAnswer",
     "MessageData",
     "MessageView",
@@ -67,16 +86,21 @@ __all__ = [
     "SummaryRequest",
     "ToolCallData",
     "ToolCallView",
+    "abandoned_calls",
     "build_excerpt",
     "build_system_prompt",
     "clip",
     "estimate_message_tokens",
     "estimate_text_tokens",
+    "extract_ledger",
     "merge",
+    "open_calls",
     "parse_answer",
+    "place_summary",
     "plan_cut",
     "render_message",
     "skill_references",
     "skills_to_evict",
     "summarise",
+    "summary_placement",
 ]

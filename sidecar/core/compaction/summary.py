@@ -16,6 +16,11 @@ field by field:
   replacing keeps what an earlier plain-text answer said about messages the
   later answer never saw.
 * ``covers_messages`` adds up; ``updated_ms`` becomes the merge time.
+* ``ledger`` (the verbatim artifacts of folded messages, computed by ctxd
+  from the messages, never taken from a summariser's answer; see
+  :mod:`.ledger`): the new ledger — plus the artifacts of ``folded``, when
+  given — is merged into the old one (dedupe, recency, cap). A summariser's
+  answer carries no ledger, so merging it can never drop one.
 
 Items are cleaned on the way in: whitespace collapsed, list bullets
 stripped, each clipped to :data:`ITEM_MAX_CHARS`.
@@ -26,10 +31,13 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from sidecar.core.compaction.errors import MalformedAnswer
+from sidecar.core.compaction.ledger import DEFAULT_LEDGER_CAP, Ledger, LedgerCap, extract
+from sidecar.core.compaction.view import MessageView
 
 LIST_FIELDS = ("goals", "decisions", "open", "facts")
 #: Default per-list cap.
@@ -65,9 +73,12 @@ class Summary:
     narrative: str = ""
     covers_messages: int = 0
     updated_ms: int = 0
+    ledger: Ledger = field(default_factory=Ledger)
 
     def is_empty(self) -> bool:
-        return not (self.goals or self.decisions or self.open or self.facts or self.narrative)
+        return not (
+            self.goals or self.decisions or self.open or self.facts or self.narrative or self.ledger
+        )
 
     def render(self) -> str:
         """The block as text (for prompts and token estimates); ``""`` when empty."""
@@ -81,10 +92,15 @@ class Summary:
                 parts.extend(f"- {item}" for item in items)
         if self.narrative:
             parts.append(self.narrative)
+        if self.ledger:
+            parts.append(self.ledger.render())
         return "\n".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "ledger"}
+        if self.ledger:
+            out["ledger"] = self.ledger.to_list()
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Summary:
@@ -94,6 +110,7 @@ class Summary:
             narrative=str(data.get("narrative") or ""),
             covers_messages=int(data.get("covers_messages") or 0),
             updated_ms=int(data.get("updated_ms") or 0),
+            ledger=Ledger.from_list(data.get("ledger")),
         )
 
 
@@ -246,14 +263,24 @@ def merge(
     cap: int = DEFAULT_CAP,
     narrative_max_chars: int = NARRATIVE_MAX_CHARS,
     now_ms: int | None = None,
+    folded: Sequence[MessageView] | None = None,
+    ledger_cap: LedgerCap = DEFAULT_LEDGER_CAP,
 ) -> Summary:
-    """``old`` extended by ``new`` (see the module docstring); neither is changed."""
+    """``old`` extended by ``new`` (see the module docstring); neither is changed.
+
+    ``folded``: the messages this compaction folds; their artifacts are
+    extracted and merged into the ledger (after ``new.ledger``).
+    """
     if cap < 1:
         raise ValueError("cap must be at least 1")
     old = old or Summary()
+    ledger = old.ledger.merged(new.ledger, ledger_cap)
+    if folded:
+        ledger = ledger.merged(extract(folded, ledger_cap), ledger_cap)
     out = Summary(
         covers_messages=old.covers_messages + new.covers_messages,
         updated_ms=int(time.time() * 1000) if now_ms is None else now_ms,
+        ledger=ledger,
     )
     for name in LIST_FIELDS:
         merged: list[str] = []

@@ -21,7 +21,8 @@ note       ``text``
 ========== ==============================================================
 
 ``id`` is the message's stable id; ``tokens`` its token estimate (the same
-estimate the record uses for ``est_tokens``, overhead included).
+estimate the record uses for ``est_tokens``, overhead included). An optional
+``seq`` (read with ``getattr``) orders artifact recency in the ledger.
 """
 
 from __future__ import annotations
@@ -95,6 +96,9 @@ class MessageData:
     is_error: bool = False
     principal: str = ""
     tokens: int = field(default=-1)
+    #: The record's message sequence number (``-1``: none); optional on a
+    #: :class:`MessageView`, read with ``getattr`` (the artifact ledger's recency).
+    seq: int = -1
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
