@@ -150,6 +150,16 @@ class CompactionConfig:
     narrative_max_chars: int = 4000
     #: Characters of one message's content shown to the summariser.
     clip_chars: int = 2000
+    #: A tool call without a result pins the cut (it is never folded) until
+    #: this many user messages have followed it; it then counts as abandoned,
+    #: the summary says so, and a late result is still accepted (the call is
+    #: restated before it in the transcript).
+    open_call_max_turns: int = 8
+    #: Most artifacts (paths, commands, URLs, ids, error codes, tool calls)
+    #: the summary's verbatim ledger keeps; the most recent are kept.
+    ledger_max_items: int = 256
+    #: Most bytes of the rendered ledger.
+    ledger_max_bytes: int = 8192
     #: Seconds before the first retry after a failed automatic compaction;
     #: doubles per consecutive failure up to backoff_max.
     backoff_initial: float = 30.0
@@ -161,6 +171,9 @@ class CompactionConfig:
     backoff_resume_after: float = 3600.0
 
     def validate(self) -> None:
+        for name in ("open_call_max_turns", "ledger_max_items", "ledger_max_bytes"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"compaction.{name} must be positive")
         if self.summariser == "openai" and not (self.openai_base_url and self.openai_model):
             raise ValueError(
                 'compaction.summariser "openai" needs compaction.openai_base_url and '

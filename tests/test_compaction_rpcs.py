@@ -114,14 +114,15 @@ def test_cut_never_separates_a_tool_round(start_sidecar, uri):
     append(sc, "round", user("still there?"))
     append(sc, "round", tool("c1", "fetch", {"ok": True}), assistant("fetched"))
     append(sc, "round", user("next"), assistant("done"))
-    p = plan(sc, "round", keep_last=4)  # candidates m3 (inside the c1 round), m2: none valid
-    assert p.nothing_to_do
-    assert "tool" in p.reason
+    # Candidates m4 (a result), m3 (inside the c1 round): invalid. With no user
+    # message to cut at, the cut falls between whole rounds: before m2.
+    p = plan(sc, "round", keep_last=4)
+    assert (p.nothing_to_do, p.fold_count, p.fold_through_message_id) == (False, 1, "m1")
     p = plan(sc, "round", keep_last=2)  # m6 is a user message after the round
     assert (p.nothing_to_do, p.fold_count) == (False, 5)
 
 
-def test_cut_declines_one_long_agent_turn(start_sidecar, uri):
+def test_cut_falls_between_tool_rounds_in_one_long_agent_turn(start_sidecar, uri):
     sc = start_sidecar(uri)
     append(
         sc,
@@ -134,7 +135,10 @@ def test_cut_declines_one_long_agent_turn(start_sidecar, uri):
         assistant("finished"),
     )
     p = plan(sc, "agent", keep_last=2)
-    assert p.nothing_to_do and "user message" in p.reason
+    # m4 (calls b) opens the kept window; its result m5 stays with it.
+    assert (p.nothing_to_do, p.fold_count, p.fold_through_message_id) == (False, 3, "m3")
+    p = plan(sc, "agent", keep_last=6)
+    assert p.nothing_to_do and "keep_last" in p.reason
 
 
 def test_target_tokens_folds_more_but_keeps_two(start_sidecar, uri):

@@ -33,14 +33,16 @@ import contextlib
 import hashlib
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sidecar.core.compaction import (
     ANSWER_SCHEMA_JSON,
     Cut,
+    LedgerCap,
     MalformedAnswer,
     Summary,
+    abandoned_calls,
     build_excerpt,
     build_system_prompt,
     merge,
@@ -190,7 +192,13 @@ class Compactor:
         return keep_last or self.contexts_cfg.keep_last, target_tokens or None
 
     def _cut(self, st: ContextState, keep_last: int, target: int | None) -> tuple[Cut | None, str]:
-        decided = plan_cut(st.messages, keep_last, target)
+        decided = plan_cut(
+            st.messages,
+            keep_last,
+            target,
+            abandon_after=self.cfg.open_call_max_turns,
+            round_cuts=True,
+        )
         if isinstance(decided, Cut):
             return decided, ""
         return None, decided.reason
@@ -257,13 +265,22 @@ class Compactor:
                     f"{ref.base} (another compaction or a deletion); plan again"
                 )
             folded_tokens = sum(m.tokens for m in msgs[:n])
-            new = Summary(**{**addition.__dict__, "covers_messages": n})
+            abandoned = self._abandoned(msgs, n)
+            notes = [
+                f"tool call {c.id} ({c.name}) got no result for "
+                f"{self.cfg.open_call_max_turns} user turns; treated as abandoned "
+                "(a late result is still recorded)"
+                for c in abandoned
+            ]
+            new = replace(addition, covers_messages=n, open=[*addition.open, *notes])
             merged = merge(
                 st.summary,
                 new,
                 cap=self.cfg.list_cap,
                 narrative_max_chars=self.cfg.narrative_max_chars,
                 now_ms=self.service.now(),
+                folded=msgs[:n],
+                ledger_cap=LedgerCap(self.cfg.ledger_max_items, self.cfg.ledger_max_bytes),
             )
             plan_text = [st.plan.render()] if st.plan is not None else []
             evict = skills_to_evict(
@@ -277,6 +294,7 @@ class Compactor:
                 "through": ref.through,
                 "summary": merged.to_dict(),
                 "evict": evict,
+                "abandoned": [[c.id, c.name, c.arguments_json] for c in abandoned],
                 "folded": n,
                 "before": before,
                 "after": after,
@@ -292,6 +310,14 @@ class Compactor:
             summary=Summary.from_dict(st.summary.to_dict()),
             evicted_skills=list(out["evict"]),
         )
+
+    def _abandoned(self, msgs: list[Msg], n: int) -> list:
+        """The calls without a result this fold takes (only abandoned ones can be)."""
+        out = []
+        for index, call_id in abandoned_calls(msgs, self.cfg.open_call_max_turns):
+            if index < n:
+                out.extend(c for c in msgs[index].tool_calls if c.id == call_id)
+        return out
 
     # -- compact (sidecar-driven) --------------------------------------------------------------
     def summariser(self, name: str):

@@ -255,6 +255,9 @@ class ContextState:
     memory_bytes: int = 0
     #: Tool call ids of the live transcript (tool results must name one).
     call_ids: set[str] = field(default_factory=set)
+    #: Calls folded by compaction without a result (abandoned): a late result
+    #: is still accepted, with the call restated before it.
+    abandoned: dict[str, ToolCall] = field(default_factory=dict)
     # durable-layout bookkeeping
     head_version: int = 0
     head_etag: str | None = None
@@ -411,6 +414,7 @@ class ContextState:
             "segments": [s.to_list() for s in segments],
             "swept_through": self.swept_through,
             "dropped": [s.to_list() for s in dropped],
+            "abandoned": [[c.id, c.name, c.arguments_json] for c in self.abandoned.values()],
         }
 
     @classmethod
@@ -444,6 +448,7 @@ class ContextState:
             live_from=int(d.get("live_from", 1)),
             swept_through=int(d.get("swept_through", 0)),
             dropped=[SegmentRef.from_list(s) for s in d.get("dropped", ())],
+            abandoned={c[0]: ToolCall(c[0], c[1], c[2]) for c in d.get("abandoned", ())},
         )
         st.refresh_blocks()
         return st

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sidecar.core.compaction.summary import Summary
-from sidecar.core.contexts.model import ContextState, Msg, SkillRef
+from sidecar.core.contexts.model import ContextState, Msg, SkillRef, ToolCall
 from sidecar.core.contexts.tokens import Calibration
 from sidecar.core.plan import Plan
 
@@ -74,6 +74,8 @@ def _append(state: ContextState, rec: dict[str, Any]) -> None:
         )
     for m in msgs:
         state.add_message(m)
+        for c in m.tool_calls:
+            state.abandoned.pop(c.id, None)  # restated with its late result
     meta = rec.get("meta") or {}
     for name in ("principal", "task", "model"):
         if name in meta:
@@ -92,6 +94,8 @@ def _compact(state: ContextState, rec: dict[str, Any]) -> None:
     """``through``: last folded seq; ``summary``: the merged summary as stored;
     ``evict``: skill names whose bodies leave the context."""
     state.fold_messages(int(rec["through"]))
+    for cid, name, args in rec.get("abandoned", ()):
+        state.abandoned[cid] = ToolCall(cid, name, args)
     state.summary = Summary.from_dict(rec["summary"])
     evict = set(rec.get("evict") or ())
     if evict:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sidecar.core.contexts import validate
-from sidecar.core.contexts.model import TOOL, ContextState, Msg, SkillRef
+from sidecar.core.contexts.model import ASSISTANT, TOOL, ContextState, Msg, SkillRef
 from sidecar.core.contexts.service import (
     COMMIT_ATTEMPTS,
     ContextService,
@@ -133,7 +133,7 @@ class Turns:
                         await svc.refresh(e)
                         continue
                     raise stale_version(cid, st.version, req.expected_version)
-                validate.tool_results_answer_calls(req.messages, st.call_ids)
+                validate.tool_results_answer_calls(req.messages, st.call_ids | st.abandoned.keys())
                 if st.head_etag is None:
                     try:
                         await svc.create(st)
@@ -201,7 +201,7 @@ class Turns:
         now = self.contexts.now()
         version = st.version + 1
         seq = st.next_seq
-        built = [m.assigned(seq + i, m.ts or now) for i, m in enumerate(req.messages)]
+        built = [m.assigned(seq + i, m.ts or now) for i, m in enumerate(_restate(st, req.messages))]
         meta: dict[str, Any] = {}
         if req.principal:
             meta["principal"] = req.principal
@@ -237,6 +237,26 @@ class Turns:
         if st.calibration.samples:
             rec["cal"] = st.calibration.to_dict()
         return rec, built, result
+
+
+def _restate(st: ContextState, messages: Sequence[Msg]) -> list[Msg]:
+    """The turn's messages, with an abandoned call restated (an assistant
+    message carrying just that call) before its late result, so the result
+    follows its call in every slice."""
+    if not st.abandoned:
+        return list(messages)
+    out: list[Msg] = []
+    seen: set[str] = set()
+    for m in messages:
+        if m.kind == ASSISTANT:
+            seen.update(c.id for c in m.tool_calls)
+        elif m.kind == TOOL and m.call_id not in seen and m.call_id not in st.call_ids:
+            call = st.abandoned.get(m.call_id)
+            if call is not None:
+                out.append(Msg(ASSISTANT, tool_calls=(call,), ts=m.ts))
+                seen.add(call.id)
+        out.append(m)
+    return out
 
 
 def _result(

@@ -106,8 +106,9 @@ def turn(
             bounded(m.principal, f"{where}.user.principal", MAX_PRINCIPAL)
 
 
-def tool_results_answer_calls(messages: Sequence[Msg], known: set[str]) -> None:
-    """Every tool result names a call in the transcript or earlier in the turn."""
+def tool_results_answer_calls(messages: Sequence[Msg], known) -> None:
+    """Every tool result names a call in the transcript (``known``: live calls
+    and abandoned folded ones) or earlier in the turn."""
     turn_calls: set[str] = set()
     for i, m in enumerate(messages):
         if m.kind == ASSISTANT:
