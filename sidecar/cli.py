@@ -61,15 +61,14 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-async def _migrate(cfg, args) -> int:
+async def _migrate(cfg: config.Config, args: argparse.Namespace, pm) -> int:
     import json
 
     from sidecar.core.errors import CtxdError
     from sidecar.core.migrate import Migration
     from sidecar.core.storage import Storage
-    from sidecar.plugins import open_store, plugin_manager
+    from sidecar.plugins import open_store
 
-    pm = plugin_manager()
     src = Storage(
         await asyncio.to_thread(open_store, args.source, pm),
         prefix=cfg.prefix,
@@ -184,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         logs.setup("WARNING", "text")
         _log_warnings(cfg)
         try:
-            return asyncio.run(_migrate(cfg, args))
+            return asyncio.run(_migrate(cfg, args, pm))
         except ValueError as exc:
             print(f"ctxd migrate: {exc}", file=sys.stderr)
             return 2
