@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
 
+from sidecar.config import Config
 from sidecar.core.compaction import MessageView, Summary, SummaryRequest, clip
 from sidecar.core.compaction.excerpt import compact_json
 from sidecar.core.compaction.summary import DEFAULT_CAP, clean_item
@@ -113,6 +113,6 @@ def _dedupe(items: list[str]) -> list[str]:
 
 
 @hookimpl
-def ctxd_summarisers(config: Any) -> list[Any]:
-    compaction = getattr(config, "compaction", None)
-    return [ExtractiveSummariser(cap=compaction.list_cap if compaction else DEFAULT_CAP)]
+def ctxd_summarisers(config: Config) -> list[ExtractiveSummariser]:
+    # Configured by the core table: compaction.list_cap bounds every summary list.
+    return [ExtractiveSummariser(cap=config.compaction.list_cap)]

@@ -7,10 +7,12 @@ without it: ``json_schema`` → ``json_object`` → none (the system prompt
 carries the schema anyway), ``max_tokens`` → ``max_completion_tokens``,
 ``temperature`` dropped. What works is remembered for later calls.
 
-Configured in ``[compaction]`` (``openai_*`` keys; the plugin offers itself
-only when ``openai_base_url`` and ``openai_model`` are set). The API key
-comes from ``openai_api_key``, else ``openai_api_key_file``, else the
-environment variable ``openai_api_key_env``; it is never logged.
+Configured in its own table ``[summariser.openai]`` (:class:`OpenAIConfig`;
+``CTXD_SUMMARISER_OPENAI_<KEY>``); it offers itself only when ``base_url``
+and ``model`` are set. The older names ``compaction.openai_<key>`` still
+work, with a deprecation warning. The API key comes from ``api_key``, else
+``api_key_file``, else the environment variable ``api_key_env``; it is never
+logged.
 
 Errors: timeouts, connection failures, 408/429/5xx (after the SDK's bounded
 retries) → :class:`~sidecar.core.errors.Unavailable`; other refusals →
@@ -24,10 +26,12 @@ import json
 import logging
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from sidecar.config import CompactionConfig
+from pydantic import Field, model_validator
+
+from sidecar.config import Config, ConfigTable, Positive, PositiveFloat, Table
 from sidecar.core import errors
 from sidecar.core.compaction import (
     ANSWER_SCHEMA,
@@ -46,6 +50,46 @@ NAME = "openai"
 #: ignore it; the SDK insists on some key).
 NO_KEY = "no-key"
 _FORMATS = ("json_schema", "json_object", "none")
+#: This plugin's config table.
+TABLE = "summariser.openai"
+
+
+class OpenAIConfig(Table):
+    """``[summariser.openai]``: where the OpenAI-compatible API is and how to call it."""
+
+    #: Base URL of the OpenAI-compatible API, e.g. "http://127.0.0.1:8000/v1".
+    base_url: str = ""
+    #: Model name sent with each request.
+    model: str = ""
+    #: API key; used first when set (prefer the file or the environment). Never logged.
+    api_key: str = Field(default="", repr=False)
+    #: File holding the API key (read at start-up); used before the environment.
+    api_key_file: str = ""
+    #: Environment variable holding the API key when neither of the above is set
+    #: (no key at all suits servers without authentication).
+    api_key_env: str = "OPENAI_API_KEY"
+    #: Seconds one request may take.
+    timeout: PositiveFloat = 120.0
+    #: Retries of a request after a timeout, connection error, 429 or 5xx.
+    max_retries: Annotated[int, Field(ge=0)] = 2
+    #: Answer allowance per request, in tokens.
+    max_output_tokens: Positive = 4096
+    #: The summariser model's context window, in tokens; the excerpt is trimmed
+    #: or sent in several passes to fit it.
+    window: Positive = 32_768
+    #: Structured output requested (servers that reject the requested kind are
+    #: retried with the next one).
+    response_format: Literal["json_schema", "json_object", "none"] = "json_schema"
+
+    @model_validator(mode="after")
+    def _answer_fits_the_window(self) -> OpenAIConfig:
+        if self.max_output_tokens >= self.window:
+            raise ValueError(f"{TABLE}.max_output_tokens must be below {TABLE}.window")
+        return self
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.base_url and self.model)
 
 
 class OpenAISummariser:
@@ -87,17 +131,17 @@ class OpenAISummariser:
 
     @classmethod
     def from_config(
-        cls, cfg: CompactionConfig, env: Mapping[str, str] | None = None
+        cls, cfg: OpenAIConfig, env: Mapping[str, str] | None = None
     ) -> OpenAISummariser:
         return cls(
-            base_url=cfg.openai_base_url,
-            model=cfg.openai_model,
+            base_url=cfg.base_url,
+            model=cfg.model,
             api_key=resolve_api_key(cfg, os.environ if env is None else env),
-            timeout=cfg.openai_timeout,
-            max_retries=cfg.openai_max_retries,
-            max_output_tokens=cfg.openai_max_output_tokens,
-            window=cfg.openai_window,
-            response_format=cfg.openai_response_format,
+            timeout=cfg.timeout,
+            max_retries=cfg.max_retries,
+            max_output_tokens=cfg.max_output_tokens,
+            window=cfg.window,
+            response_format=cfg.response_format,
         )
 
     def _get_client(self) -> Any:
@@ -143,7 +187,7 @@ class OpenAISummariser:
             except openai.APITimeoutError:
                 raise errors.Unavailable(
                     f"summariser {NAME!r} at {self.where} did not answer within "
-                    f"{self.timeout:g}s (compaction.openai_timeout)"
+                    f"{self.timeout:g}s (summariser.openai.timeout)"
                 ) from None
             except openai.APIConnectionError:
                 raise errors.Unavailable(
@@ -161,7 +205,7 @@ class OpenAISummariser:
                 raise SummariserError(
                     "rejected",
                     f"summariser {NAME!r} at {self.where} refused the request ({status}: "
-                    f"{detail}); check compaction.openai_model, openai_base_url and the API key",
+                    f"{detail}); check summariser.openai.model, base_url and the API key",
                 ) from None
         else:  # pragma: no cover - every branch above breaks, continues or raises
             raise SummariserError("rejected", f"summariser {NAME!r} rejected every request")
@@ -182,7 +226,7 @@ class OpenAISummariser:
                 raise MalformedAnswer(
                     f"summariser {NAME!r}: the answer was cut off at "
                     f"{self.max_output_tokens} tokens (raise "
-                    f"compaction.openai_max_output_tokens): {exc.message}"
+                    f"summariser.openai.max_output_tokens): {exc.message}"
                 ) from None
             raise MalformedAnswer(f"summariser {NAME!r}: {exc.message}") from None
 
@@ -220,26 +264,34 @@ class OpenAISummariser:
             self._client = None
 
 
-def resolve_api_key(cfg: CompactionConfig, env: Mapping[str, str]) -> str:
+def resolve_api_key(cfg: OpenAIConfig, env: Mapping[str, str]) -> str:
     """The configured key: inline, else file, else environment; ``""`` if none."""
-    if cfg.openai_api_key:
-        return cfg.openai_api_key
-    if cfg.openai_api_key_file:
+    if cfg.api_key:
+        return cfg.api_key
+    if cfg.api_key_file:
         try:
-            with open(cfg.openai_api_key_file, encoding="utf-8") as fh:
+            with open(cfg.api_key_file, encoding="utf-8") as fh:
                 return fh.read().strip()
         except OSError as exc:
-            raise ValueError(
-                f"cannot read compaction.openai_api_key_file: {exc.strerror}"
-            ) from None
-    if cfg.openai_api_key_env:
-        return env.get(cfg.openai_api_key_env, "").strip()
+            raise ValueError(f"cannot read {TABLE}.api_key_file: {exc.strerror}") from None
+    if cfg.api_key_env:
+        return env.get(cfg.api_key_env, "").strip()
     return ""
 
 
 @hookimpl
-def ctxd_summarisers(config: Any) -> list[Any]:
-    cfg = getattr(config, "compaction", None) or CompactionConfig()
-    if not (cfg.openai_base_url and cfg.openai_model):
-        return []
-    return [OpenAISummariser.from_config(cfg)]
+def ctxd_config_tables() -> list[ConfigTable]:
+    old = {f"compaction.openai_{key}": key for key in OpenAIConfig.model_fields}
+    return [ConfigTable(TABLE, OpenAIConfig, renamed=old)]
+
+
+@hookimpl
+def ctxd_check_config(config: Config) -> None:
+    if config.compaction.summariser == NAME and not config.table(TABLE, OpenAIConfig).configured:
+        raise ValueError(f'compaction.summariser "{NAME}" needs {TABLE}.base_url and {TABLE}.model')
+
+
+@hookimpl
+def ctxd_summarisers(config: Config) -> list[OpenAISummariser]:
+    cfg = config.table(TABLE, OpenAIConfig)
+    return [OpenAISummariser.from_config(cfg)] if cfg.configured else []

@@ -1,4 +1,8 @@
-"""The ``ctxd`` command: ``serve`` and admin verbs."""
+"""The ``ctxd`` command: ``serve`` and admin verbs.
+
+Configuration problems (a bad value, an unknown key, a missing file) print
+one line naming the setting and exit 2; so does a plugin that cannot load.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +15,12 @@ from sidecar import __version__, config, logs
 
 log = logging.getLogger("ctxd")
 
+#: Shown by ``ctxd --help`` (plain text: argparse prints it verbatim).
+DESCRIPTION = "ctxd: durable context and memory for LLM agent runtimes, over gRPC."
+
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ctxd", description=__doc__)
+    p = argparse.ArgumentParser(prog="ctxd", description=DESCRIPTION)
     p.add_argument("--version", action="version", version=f"ctxd {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -32,7 +39,11 @@ def _parser() -> argparse.ArgumentParser:
         help="any setting by dotted name, e.g. memory.max_keys=500 (repeatable)",
     )
 
-    sub.add_parser("plugins", help="list installed store plugins and their URI schemes")
+    plugins = sub.add_parser(
+        "plugins",
+        help="list plugins: store schemes, summarisers and config tables, each with its plugin",
+    )
+    plugins.add_argument("--config", help="TOML config file (also CTXD_CONFIG)")
 
     migrate = sub.add_parser(
         "migrate",
@@ -50,15 +61,14 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-async def _migrate(cfg, args) -> int:
+async def _migrate(cfg: config.Config, args: argparse.Namespace, pm) -> int:
     import json
 
     from sidecar.core.errors import CtxdError
     from sidecar.core.migrate import Migration
     from sidecar.core.storage import Storage
-    from sidecar.plugins import open_store, plugin_manager
+    from sidecar.plugins import open_store
 
-    pm = plugin_manager()
     src = Storage(
         await asyncio.to_thread(open_store, args.source, pm),
         prefix=cfg.prefix,
@@ -97,37 +107,89 @@ def _overrides(args: argparse.Namespace) -> dict[str, str]:
     return out
 
 
+def _fail(message: str) -> int:
+    print(f"ctxd: {' '.join(message.split())}", file=sys.stderr)
+    return 2
+
+
+def _plugin_manager():
+    """The plugin manager, or ValueError: a plugin that fails to import or
+    implements a hook that does not exist is one line, not a traceback."""
+    import pluggy
+
+    from sidecar.plugins import plugin_manager
+
+    try:
+        return plugin_manager()
+    except (ImportError, pluggy.PluginValidationError) as exc:
+        raise ValueError(f"cannot load plugins: {exc}") from None
+
+
+def _print_plugins(cfg: config.Config, pm) -> None:
+    from sidecar.plugins import available_schemes, each_result, scheme_owners, summariser_owners
+
+    def line(key: str, owners: list[str]) -> str:
+        over = f" (overrides {', '.join(owners[:-1])})" if len(owners) > 1 else ""
+        return f"  {key}: {owners[-1]}{over}"
+
+    print("stores (scheme: plugin)")
+    for scheme, owners in scheme_owners(pm).items():
+        print(line(scheme, owners))
+    print("summarisers (name: plugin)")
+    offers = summariser_owners(cfg, pm)
+    for name, offered in offers.items():
+        print(line(name, [owner for owner, _ in offered]))
+    offering = {owner for offered in offers.values() for owner, _ in offered}
+    idle = [owner for owner, _ in each_result(pm, "ctxd_summarisers", config=cfg)]
+    for owner in dict.fromkeys(o for o in idle if o not in offering):
+        print(f"  (none from {owner} with this configuration)")
+    print("config tables (table: plugin)")
+    owners: dict[str, list[str]] = {}
+    for owner, tables in each_result(pm, "ctxd_config_tables"):
+        for table in tables or ():
+            owners.setdefault(table.name, []).append(owner)
+    for name in sorted(owners):
+        print(line(name, owners[name]))
+    print("schemes:", ", ".join(available_schemes(pm)))
+
+
+def _log_warnings(cfg: config.Config) -> None:
+    for warning in cfg.warnings:
+        log.warning(warning)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command == "plugins":
-        from sidecar.plugins import available_schemes, plugin_manager
+    try:
+        pm = _plugin_manager()
+        if args.command == "plugins":
+            cfg = config.load(config_file=args.config, plugins=pm)
+        elif args.command == "migrate":
+            overrides = {"instance": args.instance} if args.instance else {}
+            cfg = config.load(config_file=args.config, overrides=overrides, plugins=pm)
+        else:
+            cfg = config.load(config_file=args.config, overrides=_overrides(args), plugins=pm)
+    except ValueError as exc:
+        return _fail(f"configuration error: {exc}")
 
-        pm = plugin_manager()
-        for name, plugin in pm.list_name_plugin():
-            print(f"{name}: {getattr(plugin, '__name__', plugin)}")
-        print("schemes:", ", ".join(available_schemes(pm)))
+    if args.command == "plugins":
+        try:
+            _print_plugins(cfg, pm)
+        except ValueError as exc:
+            return _fail(str(exc))
         return 0
 
     if args.command == "migrate":
-        try:
-            overrides = {"instance": args.instance} if args.instance else {}
-            cfg = config.load(config_file=args.config, overrides=overrides)
-        except ValueError as exc:
-            print(f"ctxd: configuration error: {exc}", file=sys.stderr)
-            return 2
         logs.setup("WARNING", "text")
+        _log_warnings(cfg)
         try:
-            return asyncio.run(_migrate(cfg, args))
+            return asyncio.run(_migrate(cfg, args, pm))
         except ValueError as exc:
             print(f"ctxd migrate: {exc}", file=sys.stderr)
             return 2
 
-    try:
-        cfg = config.load(config_file=args.config, overrides=_overrides(args))
-    except ValueError as exc:
-        print(f"ctxd: configuration error: {exc}", file=sys.stderr)
-        return 2
     logs.setup(cfg.log_level, cfg.log_format)
+    _log_warnings(cfg)
 
     from sidecar.server.app import run
 

@@ -1,23 +1,30 @@
 """Hook specifications for ctxd plugins (pluggy project name ``ctxd``).
 
-A plugin is a module or object with functions marked ``@hookimpl`` and
-registered through the ``ctxd.stores`` entry-point group, e.g.::
+A plugin is a module or object with functions marked ``@hookimpl``. An
+installed package names it in the ``ctxd.plugins`` entry-point group (any
+kind of plugin); ``ctxd.stores`` is still read for store plugins published
+before that group existed::
 
-    [project.entry-points."ctxd.stores"]
+    [project.entry-points."ctxd.plugins"]
     redis = "ctxd_redis"
 
-Built-in plugins are registered through the same plugin manager path
-(see :mod:`sidecar.plugins`).
+Order and precedence (one rule for every hook, see :mod:`sidecar.plugins`):
+built-ins register first, then ``ctxd.plugins``, then ``ctxd.stores``. A
+later-registered plugin overrides what an earlier one offers under the same
+store scheme, summariser name or config table, and ctxd logs a warning
+naming both.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import pluggy
 
 if TYPE_CHECKING:
+    from sidecar.config import Config, ConfigTable
+    from sidecar.core.compaction import Summariser
     from sidecar.store import Store
 
 PROJECT = "ctxd"
@@ -27,11 +34,32 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
 @hookspec
-def ctxd_store_schemes() -> list[str]:
+def ctxd_config_tables() -> Sequence[ConfigTable]:
+    """Declare this plugin's own configuration tables.
+
+    Each :class:`sidecar.config.ConfigTable` names a table and the pydantic
+    model that validates it (every field with a default); the loader reads it
+    from the TOML file, ``CTXD_<TABLE>_<KEY>`` and ``--set table.key=value``
+    like a core table, and the plugin reads it back in later hooks with
+    ``config.table(name, Model)``. A bad value stops start-up with one line
+    naming the setting.
+    """
+
+
+@hookspec
+def ctxd_check_config(config: Config) -> None:
+    """Check settings that no single table can judge alone.
+
+    Called after validation with the effective config. Raise ``ValueError``
+    whose message names the settings at fault; start-up stops with it.
+    """
+
+
+@hookspec
+def ctxd_store_schemes() -> Sequence[str]:
     """Return the URI schemes this plugin can open (e.g. ``["lmdb"]``).
 
-    Called on every plugin; the results are listed in ``ctxd plugins`` and in
-    the error for an unknown scheme.
+    Listed by ``ctxd plugins`` and in the error for an unknown scheme.
     """
 
 
@@ -44,25 +72,24 @@ def ctxd_open_store(scheme: str, uri: str, options: Mapping[str, str]) -> Store 
         its query; never log it).
     :param options: the URI's query parameters, decoded.
     :return: a :class:`sidecar.store.Store`, or ``None`` to let another
-        plugin answer. The first non-``None`` result wins (``firstresult``).
+        plugin answer. The newest-registered plugin is asked first and the
+        first non-``None`` result wins, so an installed plugin may take over
+        a built-in scheme.
     :raise ValueError: the URI is for this plugin but malformed; the message
         is shown to the operator.
     """
 
 
 @hookspec
-def ctxd_summarisers(config: Any) -> list[Any]:
+def ctxd_summarisers(config: Config) -> Sequence[Summariser]:
     """Return the summarisers this plugin offers for compaction (may be empty).
 
-    :param config: the sidecar's :class:`sidecar.config.Config`; a plugin
-        reads its settings from it (e.g. ``config.compaction``).
-    :return: objects with ``name``, ``window_tokens`` (``int`` or ``None``),
-        ``max_output_tokens`` and ``async summarise(request) -> Summary | str``,
-        optionally ``uses_excerpt`` and ``async aclose()``; the contract is
-        :class:`sidecar.core.compaction.Summariser`. Raise ``ValueError`` with
-        an operator-facing message for a bad setting.
+    :param config: the effective configuration; read your own table with
+        ``config.table(name, Model)`` (see :func:`ctxd_config_tables`).
+    :return: objects satisfying :class:`sidecar.core.compaction.Summariser`.
+        Raise ``ValueError`` with an operator-facing message for a bad setting.
 
     Called once at start-up on every plugin (see
-    :func:`sidecar.plugins.summarisers`); built-ins come first and a later
-    plugin does not take over a name already offered.
+    :func:`sidecar.plugins.summarisers`); a later-registered plugin that
+    offers a name already taken overrides it, with a warning.
     """

@@ -1,10 +1,23 @@
-"""Plugin manager: built-ins first, then entry points, then ``check_pending``."""
+"""Plugin manager and the one precedence rule every hook follows.
+
+Registration order: the built-ins (:data:`DEFAULT_PLUGINS`, through the same
+``register`` call a third-party plugin gets), then the ``ctxd.plugins``
+entry-point group, then the older ``ctxd.stores`` group, then
+``check_pending()`` (a misspelt hook is an error, not silence).
+
+Precedence: a later-registered plugin overrides an earlier one that offers
+the same store scheme, summariser name or config table, so an installed
+plugin may replace a built-in; ctxd logs a warning naming both. (pluggy asks
+the newest plugin first, which is what makes ``ctxd_open_store`` follow the
+rule; the collecting helpers here apply it explicitly.)
+"""
 
 from __future__ import annotations
 
 import importlib
 import logging
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
 import pluggy
@@ -12,8 +25,16 @@ import pluggy
 from sidecar import hookspecs
 from sidecar.store import Store
 
+if TYPE_CHECKING:
+    from sidecar.config import Config
+    from sidecar.core.compaction import Summariser
+
 log = logging.getLogger(__name__)
 
+#: Entry-point groups read, in this order: any plugin, then store plugins
+#: published for the original group.
+ENTRY_POINT_GROUPS = ("ctxd.plugins", "ctxd.stores")
+#: The original group, still read.
 ENTRY_POINT_GROUP = "ctxd.stores"
 
 #: Built-in plugins, registered exactly like third-party ones.
@@ -32,26 +53,46 @@ def plugin_manager() -> pluggy.PluginManager:
     pm.add_hookspecs(hookspecs)
     for name in DEFAULT_PLUGINS:
         pm.register(importlib.import_module(name), name=name)
-    pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+    for group in ENTRY_POINT_GROUPS:
+        pm.load_setuptools_entrypoints(group)
     pm.check_pending()
     _warn_on_shared_schemes(pm)
     return pm
 
 
-def _warn_on_shared_schemes(pm: pluggy.PluginManager) -> None:
-    """Two plugins claiming one scheme is legal (the later-registered one
-    answers first, so an installed plugin can replace a built-in) but should
-    never happen by accident."""
+def each_result(pm: pluggy.PluginManager, hook: str, **kwargs: Any) -> Iterator[tuple[str, Any]]:
+    """``(plugin, result)`` of every implementation of ``hook``, oldest
+    registration first, so that later results can override earlier ones."""
+    for impl in getattr(pm.hook, hook).get_hookimpls():
+        if impl.hookwrapper or impl.wrapper:
+            continue
+        args = {name: kwargs[name] for name in impl.argnames}
+        yield plugin_label(impl.plugin, impl.plugin_name), impl.function(**args)
+
+
+def plugin_label(plugin: object, name: str) -> str:
+    """A plugin as an operator knows it: its module, else its registered name."""
+    module = getattr(plugin, "__name__", None)
+    return module if isinstance(module, str) else name
+
+
+def scheme_owners(pm: pluggy.PluginManager) -> dict[str, list[str]]:
+    """Each store scheme and the plugins claiming it, the one that answers last."""
     owners: dict[str, list[str]] = {}
-    for name, plugin in pm.list_name_plugin():
-        hook = getattr(plugin, "ctxd_store_schemes", None)
-        for scheme in hook() if callable(hook) else ():
-            owners.setdefault(scheme, []).append(name)
-    for scheme, names in owners.items():
-        if len(names) > 1:
+    for owner, schemes in each_result(pm, "ctxd_store_schemes"):
+        for scheme in schemes or ():
+            owners.setdefault(scheme, []).append(owner)
+    return dict(sorted(owners.items()))
+
+
+def _warn_on_shared_schemes(pm: pluggy.PluginManager) -> None:
+    """Overriding a scheme is allowed (the precedence rule) but should never
+    happen by accident."""
+    for scheme, owners in scheme_owners(pm).items():
+        if len(owners) > 1:
             log.warning(
-                "store scheme served by several plugins; the last registered answers first",
-                extra={"scheme": scheme, "plugins": names},
+                "store scheme overridden by a later plugin",
+                extra={"scheme": scheme, "plugin": owners[-1], "overrides": owners[:-1]},
             )
 
 
@@ -78,22 +119,37 @@ def open_store(uri: str, pm: pluggy.PluginManager | None = None) -> Store:
     return store
 
 
-def summarisers(config: Any, pm: pluggy.PluginManager | None = None) -> dict[str, Any]:
-    """The summarisers plugins offer for ``config``, by name.
-
-    Plugins are asked in registration order (built-ins first); a name already
-    offered is not taken over by a later plugin (a warning is logged).
-    """
+def summariser_owners(
+    config: Config, pm: pluggy.PluginManager | None = None
+) -> dict[str, list[tuple[str, Summariser]]]:
+    """Each summariser name and what every plugin offers under it, oldest first."""
     pm = pm or plugin_manager()
-    out: dict[str, Any] = {}
-    # pluggy calls the most recently registered plugin first.
-    for offered in reversed(pm.hook.ctxd_summarisers(config=config)):
+    out: dict[str, list[tuple[str, Summariser]]] = {}
+    for owner, offered in each_result(pm, "ctxd_summarisers", config=config):
         for summariser in offered or ():
             name = getattr(summariser, "name", "")
             if not name or not callable(getattr(summariser, "summarise", None)):
-                log.warning("ignoring a summariser without name or summarise()")
-            elif name in out:
-                log.warning("summariser name already taken", extra={"summariser": name})
+                log.warning(
+                    "ignoring a summariser without name or summarise()", extra={"plugin": owner}
+                )
             else:
-                out[name] = summariser
+                out.setdefault(name, []).append((owner, summariser))
+    return out
+
+
+def summarisers(config: Config, pm: pluggy.PluginManager | None = None) -> dict[str, Summariser]:
+    """The summarisers plugins offer for ``config``, by name, built-ins first;
+    a later plugin offering a taken name overrides it (a warning is logged)."""
+    out: dict[str, Summariser] = {}
+    for name, offers in summariser_owners(config, pm).items():
+        if len(offers) > 1:
+            log.warning(
+                "summariser overridden by a later plugin",
+                extra={
+                    "summariser": name,
+                    "plugin": offers[-1][0],
+                    "overrides": [owner for owner, _ in offers[:-1]],
+                },
+            )
+        out[name] = offers[-1][1]
     return out

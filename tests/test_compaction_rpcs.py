@@ -331,10 +331,10 @@ def fake_openai():
 def openai_settings(server: FakeOpenAI, **extra) -> dict:
     return {
         "compaction__summariser": "openai",
-        "compaction__openai_base_url": server.base_url,
-        "compaction__openai_model": "fake-model",
-        "compaction__openai_max_retries": 0,
-        "compaction__openai_timeout": 1.0,
+        "summariser__openai__base_url": server.base_url,
+        "summariser__openai__model": "fake-model",
+        "summariser__openai__max_retries": 0,
+        "summariser__openai__timeout": 1.0,
         **extra,
     }
 

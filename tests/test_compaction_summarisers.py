@@ -10,7 +10,7 @@ import socket
 import pytest
 
 from plugins.extractive_summariser import ExtractiveSummariser, extract
-from plugins.openai_summariser import OpenAISummariser
+from plugins.openai_summariser import OpenAIConfig, OpenAISummariser
 from sidecar import config as config_mod
 from sidecar import plugins as plugins_mod
 from sidecar.core import errors
@@ -104,15 +104,15 @@ async def test_summarises_through_chat_completions(fake, make_summariser):
 
 @pytest.mark.parametrize("source", ["inline", "file", "env"])
 async def test_api_key_comes_from_config_file_or_environment(fake, tmp_path, source):
-    cfg = config_mod.CompactionConfig(openai_base_url=fake.base_url, openai_model="m")
+    cfg = OpenAIConfig(base_url=fake.base_url, model="m")
     env = {}
     if source == "inline":
-        cfg.openai_api_key = KEY
+        cfg.api_key = KEY
     elif source == "file":
         (tmp_path / "key").write_text(KEY + "\n")
-        cfg.openai_api_key_file = str(tmp_path / "key")
+        cfg.api_key_file = str(tmp_path / "key")
     else:
-        cfg.openai_api_key_env = "SUMMARY_KEY"
+        cfg.api_key_env = "SUMMARY_KEY"
         env = {"SUMMARY_KEY": KEY}
     fake.require_key = KEY
     summariser = OpenAISummariser.from_config(cfg, env=env)
@@ -125,12 +125,12 @@ async def test_api_key_comes_from_config_file_or_environment(fake, tmp_path, sou
 
 
 def test_unreadable_key_file_is_a_config_error(tmp_path):
-    cfg = config_mod.CompactionConfig(
-        openai_base_url="http://127.0.0.1:1/v1",
-        openai_model="m",
-        openai_api_key_file=str(tmp_path / "missing"),
+    cfg = OpenAIConfig(
+        base_url="http://127.0.0.1:1/v1",
+        model="m",
+        api_key_file=str(tmp_path / "missing"),
     )
-    with pytest.raises(ValueError, match="openai_api_key_file"):
+    with pytest.raises(ValueError, match="summariser.openai.api_key_file"):
         OpenAISummariser.from_config(cfg, env={})
 
 
@@ -352,14 +352,19 @@ def test_plugins_offer_extractive_and_openai_when_configured():
     cfg = config_mod.Config()
     found = plugins_mod.summarisers(cfg)
     assert list(found) == ["extractive"]
-    cfg.compaction.openai_base_url = "http://127.0.0.1:8000/v1"
-    cfg.compaction.openai_model = "llama"
+    cfg = config_mod.load(
+        env={},
+        overrides={
+            "summariser.openai.base_url": "http://127.0.0.1:8000/v1",
+            "summariser.openai.model": "llama",
+        },
+    )
     found = plugins_mod.summarisers(cfg)
     assert list(found) == ["extractive", "openai"]
     assert found["openai"].model == "llama" and found["openai"].window_tokens == 32_768
 
 
-def test_a_third_party_summariser_cannot_take_a_built_in_name():
+def test_a_third_party_summariser_overrides_a_built_in_name_with_a_warning(caplog):
     class Custom:
         def __init__(self, name):
             self.name = name
@@ -377,8 +382,11 @@ def test_a_third_party_summariser_cannot_take_a_built_in_name():
     pm = plugins_mod.plugin_manager()
     pm.register(ThirdParty(), name="third-party")
     found = plugins_mod.summarisers(config_mod.Config(), pm)
-    assert isinstance(found["extractive"], ExtractiveSummariser)
+    assert isinstance(found["extractive"], Custom)
     assert isinstance(found["custom"], Custom)
+    (warning,) = [r for r in caplog.records if "overridden" in r.getMessage()]
+    assert warning.summariser == "extractive" and warning.plugin == "third-party"
+    assert warning.overrides == ["plugins.extractive_summariser"]
 
 
 async def test_a_failing_plugin_becomes_a_summariser_error():
@@ -398,18 +406,19 @@ async def test_a_failing_plugin_becomes_a_summariser_error():
 def test_compaction_config_from_file_and_environment(tmp_path):
     path = tmp_path / "ctxd.toml"
     path.write_text(
-        '[compaction]\nsummariser = "openai"\nopenai_base_url = "http://127.0.0.1:11434/v1"\n'
-        'openai_model = "qwen2.5"\nlist_cap = 16\n'
+        '[compaction]\nsummariser = "openai"\nlist_cap = 16\n'
+        '[summariser.openai]\nbase_url = "http://127.0.0.1:11434/v1"\nmodel = "qwen2.5"\n'
     )
     cfg = config_mod.load(
-        config_file=str(path), env={"CTXD_COMPACTION_OPENAI_WINDOW": "8192"}, overrides={}
+        config_file=str(path), env={"CTXD_SUMMARISER_OPENAI_WINDOW": "8192"}, overrides={}
     )
     assert cfg.compaction.summariser == "openai" and cfg.compaction.list_cap == 16
-    assert cfg.compaction.openai_window == 8192
-    with pytest.raises(ValueError, match="openai_base_url"):
+    assert cfg.table("summariser.openai", OpenAIConfig).window == 8192
+    assert cfg.warnings == ()
+    with pytest.raises(ValueError, match="summariser.openai.base_url"):
         config_mod.load(env={"CTXD_COMPACTION_SUMMARISER": "openai"})
-    with pytest.raises(ValueError, match="openai_response_format"):
-        config_mod.load(env={"CTXD_COMPACTION_OPENAI_RESPONSE_FORMAT": "xml"})
+    with pytest.raises(ValueError, match="summariser.openai.response_format"):
+        config_mod.load(env={"CTXD_SUMMARISER_OPENAI_RESPONSE_FORMAT": "xml"})
     with pytest.raises(ValueError, match="list_cap"):
         config_mod.load(env={"CTXD_COMPACTION_LIST_CAP": "0"})
 

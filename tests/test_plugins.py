@@ -140,8 +140,18 @@ def test_ctxd_plugins_lists_the_installed_scheme(dirstore_site):
         check=True,
         timeout=60,
     ).stdout
-    assert "dir: ctxd_dirstore" in out.splitlines()
-    assert "schemes: dir, lmdb, memory, s3" in out.splitlines()
+    lines = out.splitlines()
+    stores = lines[1 : lines.index("summarisers (name: plugin)")]
+    assert lines[0] == "stores (scheme: plugin)"
+    assert stores == [
+        "  dir: ctxd_dirstore",
+        "  lmdb: plugins.lmdb_store",
+        "  memory: plugins.memory_store",
+        "  s3: plugins.s3_store",
+    ]
+    assert "  extractive: plugins.extractive_summariser" in lines
+    assert "  summariser.openai: plugins.openai_summariser" in lines
+    assert "schemes: dir, lmdb, memory, s3" in lines
 
 
 def test_ctxd_serve_uses_the_plugin_store_across_restarts(dirstore_site, spawn_sidecar, tmp_path):
