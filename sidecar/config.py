@@ -153,6 +153,10 @@ class CompactionConfig(Table):
     ledger_max_items: Positive = 256
     #: Most bytes of the rendered ledger.
     ledger_max_bytes: Positive = 8192
+    #: Seconds the messages a compaction folded stay in the store, for
+    #: ExpandCompaction (0: deleted with their segments at the next checkpoint).
+    #: They go with the context in any case.
+    archive_ttl: NonNegative = 30 * 24 * 3600.0
     #: Seconds before the first retry after a failed automatic compaction;
     #: doubles per consecutive failure up to backoff_max.
     backoff_initial: NonNegative = 30.0

@@ -147,8 +147,10 @@ def test_target_tokens_folds_more_but_keeps_two(start_sidecar, uri):
         tool_turn(sc, "target", i, size=200)  # ~300 tokens per turn
     assert plan(sc, "target", keep_last=8).fold_count == 8
     p = plan(sc, "target", keep_last=8, target_tokens=400)
-    assert p.fold_count == 12  # the last turn alone fits
-    p = plan(sc, "target", keep_last=8, target_tokens=1)  # nothing fits: fold what rules allow
+    # The last turn does not fit, its last tool round (call, result, answer) does.
+    assert p.fold_count == 13
+    # Nothing fits: fold what the rules allow, preferring a user boundary.
+    p = plan(sc, "target", keep_last=8, target_tokens=1)
     assert p.fold_count == 12
 
 

@@ -88,7 +88,7 @@ async def build(config: Config, pm: pluggy.PluginManager) -> Domain:
     """Open the configured store and build every domain service over it."""
     store = await asyncio.to_thread(open_store, config.store, pm)
     storage = Storage(store, prefix=config.prefix, instance=config.instance)
-    contexts = ContextService(config.contexts, storage)
+    contexts = ContextService(config.contexts, storage, archive_ttl=config.compaction.archive_ttl)
     catalogue = SkillCatalogue(config.skills)
     prompts = PromptAssembler(config.prompt, catalogue)
     skillset = SkillSet(contexts, catalogue, prompts)

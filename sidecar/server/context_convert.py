@@ -6,7 +6,8 @@ Used by :mod:`sidecar.server.context_service`; no rules live here.
 from __future__ import annotations
 
 from sidecar.api.ctxd.v1 import context_pb2
-from sidecar.core.contexts.compaction import ApplyResult
+from sidecar.core.contexts.archive import CompactionInfo
+from sidecar.core.contexts.compaction import ApplyResult, CacheEffect
 from sidecar.core.contexts.events import WatchEvent
 from sidecar.core.contexts.model import (
     ASSISTANT,
@@ -157,10 +158,38 @@ def plan_to_pb(p) -> pb.Plan:
     return pb.Plan(goal=p.goal, items=items, updated_ms=p.updated_ms)
 
 
-def fill_context_pb(out: pb.Context, st: ContextState) -> None:
+def record_pb(r: CompactionInfo) -> pb.CompactionRecord:
+    return pb.CompactionRecord(
+        id=r.id,
+        version=r.version,
+        first_message_id=r.first_id,
+        last_message_id=r.last_id,
+        folded=r.folded,
+        tokens_before=r.tokens_before,
+        tokens_after=r.tokens_after,
+        artifacts=r.artifacts,
+        summariser=r.summariser,
+        ts_ms=r.ts,
+        expandable=r.expandable,
+    )
+
+
+def cache_pb(c: CacheEffect | None) -> pb.CacheEffect | None:
+    if c is None:
+        return None
+    return pb.CacheEffect(
+        tokens_saved=c.tokens_saved,
+        prefix_tokens_kept=c.prefix_tokens_kept,
+        tokens_rewritten=c.tokens_rewritten,
+    )
+
+
+def fill_context_pb(out: pb.Context, st: ContextState, page=None, compactions=()) -> None:
+    """The whole record into ``out``; messages from ``page`` when paged."""
     out.MergeFrom(context_meta_pb(st))
+    out.compactions.extend(record_pb(r) for r in compactions)
     add = out.messages.add
-    for m in st.messages:
+    for m in st.messages if page is None else page.messages:
         fill_msg_pb(add(), m)
 
 
@@ -185,16 +214,22 @@ def context_meta_pb(st: ContextState) -> pb.Context:
     )
 
 
-def fill_slice_pb(out, st: ContextState) -> None:
-    """Summary block, plan block (system messages), then the transcript,
-    appended to the repeated field ``out``."""
-    summary = st.summary.render()
-    if summary:
-        out.add(id="summary", ts_ms=st.summary.updated_ms, system=pb.SystemMessage(text=summary))
-    if st.plan is not None:
-        out.add(id="plan", ts_ms=st.plan.updated_ms, system=pb.SystemMessage(text=st.plan.render()))
+def fill_slice_pb(out, st: ContextState, page=None) -> None:
+    """Summary block, plan block (system messages, leading the first page),
+    then the transcript (``page``'s messages when paged), appended to the
+    repeated field ``out``."""
+    if page is None or page.first:
+        summary = st.summary.render()
+        if summary:
+            out.add(
+                id="summary", ts_ms=st.summary.updated_ms, system=pb.SystemMessage(text=summary)
+            )
+        if st.plan is not None:
+            out.add(
+                id="plan", ts_ms=st.plan.updated_ms, system=pb.SystemMessage(text=st.plan.render())
+            )
     add = out.add
-    for m in st.messages:
+    for m in st.messages if page is None else page.messages:
         fill_msg_pb(add(), m)
 
 
@@ -286,11 +321,14 @@ _EVENT_KINDS = {
 }
 
 
-def event_pb(ev: WatchEvent) -> pb.WatchContextResponse | None:
+def event_pb(
+    ev: WatchEvent, record: CompactionInfo | None = None
+) -> pb.WatchContextResponse | None:
     kind = _EVENT_KINDS.get(ev.kind)
     if kind is None:
         return None
     return pb.WatchContextResponse(
+        compaction=record_pb(record) if record is not None else None,
         context_id=ev.context_id,
         kind=kind,
         version=ev.version,
@@ -302,7 +340,7 @@ def event_pb(ev: WatchEvent) -> pb.WatchContextResponse | None:
     )
 
 
-def applied_pb(a: ApplyResult) -> pb.ApplyCompactionResponse:
+def applied_pb(a: ApplyResult, record: CompactionInfo | None) -> pb.ApplyCompactionResponse:
     return pb.ApplyCompactionResponse(
         version=a.version,
         folded=a.folded,
@@ -310,4 +348,6 @@ def applied_pb(a: ApplyResult) -> pb.ApplyCompactionResponse:
         tokens_after=a.tokens_after,
         summary=summary_to_pb(a.summary),
         evicted_skills=a.evicted_skills,
+        cache=cache_pb(a.cache),
+        compaction=record_pb(record) if record is not None else None,
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from sidecar.api.ctxd.v1 import context_pb2 as pb
 from sidecar.api.ctxd.v1 import context_pb2_grpc
+from sidecar.core.contexts import views
 from sidecar.core.contexts.compaction import Compactor
 from sidecar.core.contexts.deletion import Deletion
 from sidecar.core.contexts.listing import Listing
@@ -23,16 +24,38 @@ from sidecar.server.context_convert import (
     OUTCOME_FROM_PB,
     applied_pb,
     binding_from_pb,
+    cache_pb,
     event_pb,
     expected_version,
     fill_context_pb,
+    fill_msg_pb,
     fill_slice_pb,
     info_to_pb,
     msg_from_pb,
     plan_edit_from_pb,
     plan_or_none_pb,
+    record_pb,
     summary_to_pb,
 )
+
+_VIEWS = {
+    pb.CONTEXT_VIEW_UNSPECIFIED: views.FULL,
+    pb.CONTEXT_VIEW_FULL: views.FULL,
+    pb.CONTEXT_VIEW_SLICE: views.SLICE,
+    pb.CONTEXT_VIEW_INFO: "info",
+}
+#: ``latest`` for ContextService.get (None: the configured default).
+_CONSISTENCY = {
+    pb.READ_CONSISTENCY_UNSPECIFIED: None,
+    pb.READ_CONSISTENCY_LATEST: True,
+    pb.READ_CONSISTENCY_CACHED: False,
+}
+_CHANGE = {
+    "": pb.SLICE_CHANGE_UNSPECIFIED,
+    views.NONE: pb.SLICE_CHANGE_NONE,
+    views.APPEND: pb.SLICE_CHANGE_APPEND,
+    views.REPLACE: pb.SLICE_CHANGE_REPLACE,
+}
 
 
 class ContextServicer(context_pb2_grpc.ContextServiceServicer):
@@ -80,16 +103,25 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
         )
 
     async def GetContext(self, request: pb.GetContextRequest, context) -> pb.GetContextResponse:
-        st = await self.contexts.get(request.context_id)
+        view = _VIEWS.get(request.view)
+        if view is None:
+            raise InvalidArgument("view", f"unknown view {request.view}")
+        latest = _CONSISTENCY.get(request.consistency, False)
+        if request.consistency not in _CONSISTENCY:
+            raise InvalidArgument("consistency", f"unknown consistency {request.consistency}")
+        since = request.since_version if request.HasField("since_version") else None
+        st = await self.contexts.get(request.context_id, latest=latest)
         # Converted without awaiting, so the record cannot change underneath.
         resp = pb.GetContextResponse(info=info_to_pb(st.info()))
-        view = request.view
-        if view in (pb.CONTEXT_VIEW_UNSPECIFIED, pb.CONTEXT_VIEW_FULL):
-            fill_context_pb(resp.context, st)
-        elif view == pb.CONTEXT_VIEW_SLICE:
-            fill_slice_pb(resp.slice, st)
-        elif view != pb.CONTEXT_VIEW_INFO:
-            raise InvalidArgument("view", f"unknown view {view}")
+        if view == "info":
+            return resp
+        page = views.read(st, view, size=request.page_size, token=request.page_token, since=since)
+        resp.next_page_token = page.next_token
+        resp.change = _CHANGE[page.change]
+        if view == views.FULL:
+            fill_context_pb(resp.context, st, page, self.contexts.compactions(st))
+        else:
+            fill_slice_pb(resp.slice, st, page)
         return resp
 
     async def ListContexts(
@@ -133,13 +165,14 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
             excerpt=p.excerpt,
             answer_schema_json=p.answer_schema_json,
             tokens_before=p.tokens_before,
+            cache=cache_pb(p.cache),
         )
 
     async def ApplyCompaction(
         self, request: pb.ApplyCompactionRequest, context
     ) -> pb.ApplyCompactionResponse:
         applied = await self.compactor.apply(request.context_id, request.plan_ref, request.answer)
-        return applied_pb(applied)
+        return applied_pb(applied, self._record(applied.record))
 
     async def Compact(self, request: pb.CompactRequest, context) -> pb.CompactResponse:
         r = await self.compactor.compact(
@@ -157,13 +190,31 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
             resp.tokens_before = a.tokens_before
             resp.tokens_after = a.tokens_after
             resp.summary.CopyFrom(summary_to_pb(a.summary))
+            if a.cache is not None:
+                resp.cache.CopyFrom(cache_pb(a.cache))
+            if a.record is not None:
+                resp.compaction.CopyFrom(record_pb(self._record(a.record)))
+        return resp
+
+    def _record(self, record):
+        return self.contexts.compaction_info(record) if record is not None else None
+
+    async def ExpandCompaction(
+        self, request: pb.ExpandCompactionRequest, context
+    ) -> pb.ExpandCompactionResponse:
+        record, messages, token = await self.contexts.expand(
+            request.context_id, request.compaction_id, request.page_size, request.page_token
+        )
+        resp = pb.ExpandCompactionResponse(compaction=record_pb(record), next_page_token=token)
+        for m in messages:
+            fill_msg_pb(resp.messages.add(), m)
         return resp
 
     async def WatchContext(self, request: pb.WatchContextRequest, context):
         sub = await self.contexts.watch(request.context_id)
         try:
             async for ev in sub:
-                out = event_pb(ev)
+                out = event_pb(ev, self._record(ev.compaction))
                 if out is not None:
                     yield out
         finally:

@@ -161,6 +161,11 @@ class StoreConformance:
             else:
                 with pytest.raises(NotImplementedError):
                     store.list("cap/")
+        elif capability is Capability.SHARED:
+            # A statement about deployment, not an operation: replicas on one
+            # backend need compare-and-set that holds across processes.
+            if declared:
+                assert Capability.CONDITIONAL_PUT in store.capabilities
         elif capability is Capability.DELETE:
             if declared:
                 store.delete("cap/key")

@@ -51,6 +51,7 @@ from sidecar.core.compaction import (
     skills_to_evict,
     summarise,
 )
+from sidecar.core.contexts.archive import new_record
 from sidecar.core.contexts.model import ContextState, Msg
 from sidecar.core.contexts.service import ContextService
 from sidecar.core.contexts.tokens import MESSAGE_OVERHEAD, estimate_text
@@ -80,6 +81,18 @@ class PlanResult:
     excerpt: str = ""
     answer_schema_json: str = ""
     tokens_before: int = 0
+    cache: CacheEffect | None = None
+
+
+@dataclass(frozen=True)
+class CacheEffect:
+    """What a compaction does to a provider's prompt cache (estimated tokens)."""
+
+    tokens_saved: int
+    #: Leading slice tokens that stay byte-identical (still cached).
+    prefix_tokens_kept: int
+    #: Tokens of the new slice after that prefix (read anew).
+    tokens_rewritten: int
 
 
 @dataclass(frozen=True)
@@ -90,6 +103,8 @@ class ApplyResult:
     tokens_after: int
     summary: Summary
     evicted_skills: list[str]
+    cache: CacheEffect | None = None
+    record: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -142,6 +157,29 @@ def _digest(folded: list[Msg]) -> str:
         h.update(m.id.encode())
         h.update(b"\n")
     return h.hexdigest()[:32]
+
+
+def cache_effect(st: ContextState, summary: Summary, folded: int) -> CacheEffect:
+    """Compare the slice now with the slice after folding ``folded`` messages
+    under ``summary``: how long a prefix stays byte-identical, and the rest."""
+    plan = [st.plan.render()] if st.plan is not None else []
+    now_blocks = st.slice_blocks()
+    new_blocks = [t for t in (summary.render(), *plan) if t]
+    now = [(t, _text_tokens(t)) for t in now_blocks] + [(m.id, m.tokens) for m in st.messages]
+    new = [(t, _text_tokens(t)) for t in new_blocks] + [
+        (m.id, m.tokens) for m in st.messages[folded:]
+    ]
+    kept = 0
+    for (a, tokens), (b, _) in zip(now, new, strict=False):
+        if a != b:
+            break
+        kept += tokens
+    total_now, total_new = sum(t for _, t in now), sum(t for _, t in new)
+    return CacheEffect(max(0, total_now - total_new), kept, total_new - kept)
+
+
+def _text_tokens(text: str) -> int:
+    return estimate_text(text) + MESSAGE_OVERHEAD
 
 
 def _block_tokens(summary: Summary, st: ContextState) -> int:
@@ -215,6 +253,16 @@ class Compactor:
         folded = st.messages[: cut.fold]
         ref = _Ref(st.gen, st.version, folded[0].seq, folded[-1].seq, len(folded), _digest(folded))
         previous = st.summary if not st.summary.is_empty() else None
+        # The model's answer is not known yet: estimate with what ctxd adds
+        # itself (the previous summary and the ledger of the folded messages).
+        estimate = merge(
+            st.summary,
+            Summary(covers_messages=len(folded)),
+            cap=self.cfg.list_cap,
+            narrative_max_chars=self.cfg.narrative_max_chars,
+            folded=folded,
+            ledger_cap=LedgerCap(self.cfg.ledger_max_items, self.cfg.ledger_max_bytes),
+        )
         return PlanResult(
             False,
             plan_ref=ref.encode(),
@@ -225,6 +273,7 @@ class Compactor:
             excerpt=build_excerpt(folded, previous, clip_chars=self.cfg.clip_chars),
             answer_schema_json=ANSWER_SCHEMA_JSON,
             tokens_before=st.est_tokens,
+            cache=cache_effect(st, estimate, len(folded)),
         )
 
     # -- apply -------------------------------------------------------------------------------------
@@ -240,14 +289,16 @@ class Compactor:
         except MalformedAnswer as exc:
             raise InvalidArgument("answer", exc.message) from None
         try:
-            result = await self._commit(context_id, ref, summary)
+            result = await self._commit(context_id, ref, summary, by="runtime")
         except CtxdError:
             self.observer.compaction("runtime", "failed")
             raise
         self.observer.compaction("runtime", "ok")
         return result
 
-    async def _commit(self, context_id: str, ref: _Ref, addition: Summary) -> ApplyResult:
+    async def _commit(
+        self, context_id: str, ref: _Ref, addition: Summary, *, by: str
+    ) -> ApplyResult:
         out: dict[str, Any] = {}
 
         def build(st: ContextState) -> dict[str, Any]:
@@ -288,7 +339,18 @@ class Compactor:
             )
             before = st.est_tokens
             after = st.calibration.apply(st.msg_tokens - folded_tokens + _block_tokens(merged, st))
-            out.update(folded=n, before=before, after=after, evict=evict)
+            out.update(
+                folded=n, before=before, after=after, evict=evict, cache=cache_effect(st, merged, n)
+            )
+            record = new_record(
+                first=ref.first,
+                through=ref.through,
+                folded=n,
+                before=before,
+                after=after,
+                artifacts=len(merged.ledger),
+                by=by,
+            )
             return {
                 "op": OP,
                 "through": ref.through,
@@ -298,6 +360,7 @@ class Compactor:
                 "folded": n,
                 "before": before,
                 "after": after,
+                "record": record,
             }
 
         st, _ = await self.service.change(context_id, build, event="compaction")
@@ -309,6 +372,8 @@ class Compactor:
             tokens_after=after,
             summary=Summary.from_dict(st.summary.to_dict()),
             evicted_skills=list(out["evict"]),
+            cache=out["cache"],
+            record=dict(st.compactions[-1]) if st.compactions else None,
         )
 
     def _abandoned(self, msgs: list[Msg], n: int) -> list:
@@ -366,7 +431,7 @@ class Compactor:
                 cap=self.cfg.list_cap,
                 narrative_max_chars=self.cfg.narrative_max_chars,
             )
-            applied = await self._commit(context_id, ref, done.summary)
+            applied = await self._commit(context_id, ref, done.summary, by=plugin.name)
         except CtxdError:
             self.observer.compaction(trigger, "failed")
             raise

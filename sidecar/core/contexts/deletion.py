@@ -122,7 +122,9 @@ class Deletion:
                 "last": fence,
                 "fence": fence,
                 "fenced_at": svc.now(),
-                "segments": [s.to_list() for s in st.segments + st.dropped],
+                "segments": [
+                    s.to_list() for s in st.segments + st.dropped + [a for a, _ in st.archive]
+                ],
             }
             await svc.trash.add(name)
             await svc.storage.put(f"{TRASH}/{name}", encode(plan))
@@ -152,7 +154,8 @@ class Deletion:
             return segments
         doc, etag = head
         named = {tuple(s) for s in segments}
-        for s in list(doc.get("segments", ())) + list(doc.get("dropped", ())):
+        archived = [a[:4] for a in doc.get("archive", ())]
+        for s in list(doc.get("segments", ())) + list(doc.get("dropped", ())) + archived:
             if tuple(s) not in named:
                 segments.append(list(s))
                 named.add(tuple(s))

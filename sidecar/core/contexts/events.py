@@ -51,6 +51,8 @@ class WatchEvent:
     tokens_after: int = 0
     folded: int = 0
     detail: str = ""
+    #: For compactions: the compaction's record (see :mod:`.archive`).
+    compaction: dict[str, Any] | None = None
 
 
 Listener = Callable[[ContextEvent, ContextState | None], None]
@@ -61,6 +63,9 @@ def watch_event(ev: ContextEvent, st: ContextState | None) -> WatchEvent:
     d = ev.detail
     if ev.kind == "compaction":
         after = st.est_tokens if st is not None else int(d.get("after", 0))
+        record = None
+        if st is not None:
+            record = next((c for c in reversed(st.compactions) if c["v"] == ev.version), None)
         return WatchEvent(
             ev.context_id,
             ev.kind,
@@ -69,6 +74,7 @@ def watch_event(ev: ContextEvent, st: ContextState | None) -> WatchEvent:
             tokens_before=int(d.get("before", 0)),
             tokens_after=after,
             folded=int(d.get("folded", 0)),
+            compaction=record,
         )
     if ev.kind == "turn" and st is not None:
         return WatchEvent(

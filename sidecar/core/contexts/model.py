@@ -77,6 +77,8 @@ class Msg:
     seq: int = 0
     ts: int = 0
     tokens: int = -1
+    #: The context version whose change appended it (incremental reads).
+    ver: int = 0
 
     def __post_init__(self) -> None:
         if self.tokens < 0:
@@ -102,7 +104,7 @@ class Msg:
             n += len(c.arguments_json) + len(c.name) + len(c.id) + 64
         return n
 
-    def assigned(self, seq: int, ts: int) -> Msg:
+    def assigned(self, seq: int, ts: int, ver: int = 0) -> Msg:
         return Msg(
             self.kind,
             self.text,
@@ -116,6 +118,7 @@ class Msg:
             seq,
             ts,
             self.tokens,
+            ver,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -136,6 +139,8 @@ class Msg:
             d["json"] = True
         if self.is_error:
             d["error"] = True
+        if self.ver:
+            d["v"] = self.ver
         return d
 
     @classmethod
@@ -153,6 +158,7 @@ class Msg:
             bool(d.get("error", False)),
             int(d["seq"]),
             int(d.get("ts", 0)),
+            ver=int(d.get("v", 0)),
         )
 
 
@@ -285,6 +291,16 @@ class ContextState:
     #: A new incarnation replaces a deleted one whose head is still stored:
     #: its creation overwrites that head (conditional on this version).
     replaces_head: str | None = None
+    #: Version of the last change that reshaped the views beyond appending
+    #: (a compaction, a plan change): incremental reads from before it rebuild.
+    reshaped_at: int = 0
+    #: The compactions of this context, oldest first (bounded).
+    compactions: list[dict[str, Any]] = field(default_factory=list)
+    #: Segments holding only folded messages, kept for ExpandCompaction:
+    #: ``(segment, archived_ms)``, oldest first.
+    archive: list[tuple[SegmentRef, int]] = field(default_factory=list)
+    #: Folded messages not yet in any segment (the next checkpoint archives them).
+    unarchived: list[Msg] = field(default_factory=list)
 
     # -- derived ---------------------------------------------------------------------
     @property
@@ -384,7 +400,11 @@ class ContextState:
 
     # -- head (all non-message state) --------------------------------------------------------
     def head_dict(
-        self, segments: list[SegmentRef], sealed_through: int, dropped: list[SegmentRef]
+        self,
+        segments: list[SegmentRef],
+        sealed_through: int,
+        dropped: list[SegmentRef],
+        archive: list[tuple[SegmentRef, int]],
     ) -> dict[str, Any]:
         return {
             "format": 1,
@@ -415,6 +435,9 @@ class ContextState:
             "swept_through": self.swept_through,
             "dropped": [s.to_list() for s in dropped],
             "abandoned": [[c.id, c.name, c.arguments_json] for c in self.abandoned.values()],
+            "reshaped_at": self.reshaped_at,
+            "archive": [[*s.to_list(), ts] for s, ts in archive],
+            "compactions": self.compactions,
         }
 
     @classmethod
@@ -449,6 +472,9 @@ class ContextState:
             swept_through=int(d.get("swept_through", 0)),
             dropped=[SegmentRef.from_list(s) for s in d.get("dropped", ())],
             abandoned={c[0]: ToolCall(c[0], c[1], c[2]) for c in d.get("abandoned", ())},
+            reshaped_at=int(d.get("reshaped_at", d["version"])),
+            archive=[(SegmentRef.from_list(a[:4]), int(a[4])) for a in d.get("archive", ())],
+            compactions=list(d.get("compactions", ())),
         )
         st.refresh_blocks()
         return st

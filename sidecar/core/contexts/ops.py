@@ -42,6 +42,8 @@ Handler = Callable[[ContextState, dict[str, Any]], None]
 
 #: What a checkpoint leaves in place of the log records it sealed.
 SEALED = "sealed"
+#: Compaction records kept on a context (oldest dropped; see :mod:`.archive`).
+RECORDS_KEPT = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +57,9 @@ class Op:
     needs_messages: bool = False
     #: The event kind the feed announces for it (:mod:`.events`).
     event: str = "change"
+    #: It changes the views beyond appending messages (incremental reads
+    #: from before it rebuild, see :mod:`.views`).
+    reshapes: bool = True
 
 
 class DamagedRecord(Exception):
@@ -92,8 +97,15 @@ def _append(state: ContextState, rec: dict[str, Any]) -> None:
 
 def _compact(state: ContextState, rec: dict[str, Any]) -> None:
     """``through``: last folded seq; ``summary``: the merged summary as stored;
-    ``evict``: skill names whose bodies leave the context."""
-    state.fold_messages(int(rec["through"]))
+    ``evict``: skill names whose bodies leave the context; ``abandoned``:
+    calls folded without a result; ``record``: what it did (:mod:`.archive`)."""
+    folded = state.fold_messages(int(rec["through"]))
+    # Folded before any segment held them: the next checkpoint archives them.
+    state.unarchived.extend(m for m in folded if m.seq > state.sealed_through)
+    body = rec.get("record")
+    if body:
+        record = {**body, "id": f"c{rec['v']}", "v": rec["v"], "ts": rec.get("ts", 0)}
+        state.compactions = [*state.compactions, record][-RECORDS_KEPT:]
     for cid, name, args in rec.get("abandoned", ()):
         state.abandoned[cid] = ToolCall(cid, name, args)
     state.summary = Summary.from_dict(rec["summary"])
@@ -126,11 +138,11 @@ def _deleted(state: ContextState, rec: dict[str, Any]) -> None:
     state.deleted = True
 
 
-APPEND = Op("append", _append, event="turn")
+APPEND = Op("append", _append, event="turn", reshapes=False)
 COMPACT = Op("compact", _compact, needs_messages=True, event="compaction")
 PLAN = Op("plan", _plan, event="plan")
-PREFLIGHT = Op("preflight", _preflight, event="preflight")
-SKILLS = Op("skills", _skills, event="skills")
+PREFLIGHT = Op("preflight", _preflight, event="preflight", reshapes=False)
+SKILLS = Op("skills", _skills, event="skills", reshapes=False)
 DELETED = Op("deleted", _deleted, event="deleted")
 
 #: Every op a log may hold, by name.
@@ -169,6 +181,8 @@ def apply_record(state: ContextState, rec: dict[str, Any]) -> None:
         raise DamagedRecord(f"context {state.id}: unknown record op {rec.get('op')!r}")
     found.apply(state, rec)
     state.version = v
+    if found.reshapes:
+        state.reshaped_at = v
     state.updated = max(state.updated, int(rec.get("ts", 0)))
     cal = rec.get("cal")
     if cal is not None:

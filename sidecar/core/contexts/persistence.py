@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
@@ -92,9 +93,11 @@ def trash_name(cid: str, gen: str) -> str:
 class ContextStore:
     """Reads and writes one context's keys."""
 
-    def __init__(self, storage: Storage, *, idem_cap: int) -> None:
+    def __init__(self, storage: Storage, *, idem_cap: int, archive_ttl_ms: int = 0) -> None:
         self.storage = storage
         self.idem_cap = idem_cap
+        #: How long folded messages stay stored (0: deleted with their segment).
+        self.archive_ttl_ms = archive_ttl_ms
         self.remote = not storage.store.inline_reads
 
     # -- helpers -------------------------------------------------------------------
@@ -126,7 +129,7 @@ class ContextStore:
     async def create_head(self, st: ContextState) -> None:
         """Write the head of a new context (version 0); Conflict if one exists
         (other than the deleted incarnation ``st.replaces_head`` names)."""
-        body = encode(st.head_dict([], 0, []))
+        body = encode(st.head_dict([], 0, [], []))
         if st.replaces_head is not None:
             # The head of a deleted incarnation is still stored: take its place.
             etag = await self.storage.put(head_key(st.id), body, if_version=st.replaces_head)
@@ -194,7 +197,7 @@ class ContextStore:
                     tail_task = asyncio.ensure_future(self.read_tail(cid, st.gen, st.version))
                     try:
                         segments = await self._bounded(
-                            (lambda s=s, st=st: self._read_segment(st, s)) for s in st.segments
+                            (lambda s=s, st=st: self.read_segment(st, s)) for s in st.segments
                         )
                     except BaseException:
                         tail_task.cancel()
@@ -220,7 +223,7 @@ class ContextStore:
             return st
         raise Unavailable(f"context {cid} kept changing while it was restored; retry")
 
-    async def _read_segment(self, st: ContextState, seg: SegmentRef) -> list[Msg]:
+    async def read_segment(self, st: ContextState, seg: SegmentRef) -> list[Msg]:
         item = await self.storage.get(seg_key(st.id, st.gen, seg))
         if item is None:
             # The head only names segments written before it, and segments
@@ -254,7 +257,24 @@ class ContextStore:
                 i -= 1
             pending = st.messages[i:]
         keep = [s for s in st.segments if s.last >= st.live_from]
-        dropped = st.dropped + [s for s in st.segments if s.last < st.live_from]
+        folded_segments = [s for s in st.segments if s.last < st.live_from]
+        now = int(time.time() * 1000)
+        archive, dropped = list(st.archive), list(st.dropped)
+        if self.archive_ttl_ms > 0:
+            archive += [(s, now) for s in folded_segments]
+            expired = [a for a in archive if now - a[1] >= self.archive_ttl_ms]
+            archive = [a for a in archive if a not in expired]
+            dropped += [s for s, _ in expired]
+        else:
+            dropped += folded_segments + [s for s, _ in archive]
+            archive = []
+        unarchived = list(st.unarchived)
+        archived_now = None
+        if unarchived and self.archive_ttl_ms > 0:
+            archived_now = SegmentRef(
+                unarchived[0].seq, unarchived[-1].seq, len(unarchived), version
+            )
+            archive.append((archived_now, now))
         sealed_through = st.sealed_through
         segment = None
         if pending:
@@ -263,13 +283,16 @@ class ContextStore:
             sealed_through = segment.last
         elif st.next_seq - 1 > sealed_through:
             sealed_through = st.next_seq - 1  # appended and folded before sealing
-        head = encode(st.head_dict(keep, sealed_through, dropped))
+        head = encode(st.head_dict(keep, sealed_through, dropped, archive))
         pending_bytes = sum(m.size_bytes for m in pending)
         st.dirty = False
         try:
             if segment is not None:
                 doc = {"id": st.id, "gen": st.gen, "msgs": [m.to_dict() for m in pending]}
                 await self.storage.put(seg_key(st.id, st.gen, segment), encode(doc))
+            if archived_now is not None:
+                doc = {"id": st.id, "gen": st.gen, "msgs": [m.to_dict() for m in unarchived]}
+                await self.storage.put(seg_key(st.id, st.gen, archived_now), encode(doc))
             etag = await self.storage.put(head_key(st.id), head, if_version=st.head_etag)
         except BaseException:
             st.dirty = True
@@ -278,6 +301,8 @@ class ContextStore:
         st.head_version = version
         st.segments = keep
         st.dropped = dropped
+        st.archive = archive
+        del st.unarchived[: len(unarchived)]
         st.sealed_through = sealed_through
         st.unsealed_bytes -= pending_bytes
         return self.cleanup_for(st)

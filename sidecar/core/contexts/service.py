@@ -23,7 +23,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from sidecar.config import ContextsConfig
-from sidecar.core.contexts import validate
+from sidecar.core.contexts import archive, validate
 from sidecar.core.contexts.checkpoints import Checkpointer
 from sidecar.core.contexts.events import ContextEvent, EventFeed, Subscription
 from sidecar.core.contexts.janitor import Janitor
@@ -62,12 +62,17 @@ class ContextService:
         storage: Storage,
         *,
         clock: Callable[[], int] = wall_clock_ms,
+        archive_ttl: float = 0.0,
     ) -> None:
         self.config = config
         self.storage = storage
+        #: Seconds folded messages stay stored for ExpandCompaction (0: not kept).
+        self.archive_ttl = archive_ttl
         #: Wall-clock milliseconds; replaceable (tests move time forward).
         self.clock = clock
-        self.store = ContextStore(storage, idem_cap=config.idempotency_keys)
+        self.store = ContextStore(
+            storage, idem_cap=config.idempotency_keys, archive_ttl_ms=int(archive_ttl * 1000)
+        )
         self.index = KeyIndex(storage, HEADS)
         self.trash = KeyIndex(storage, TRASH)
         self.janitor = Janitor(batch=8 if self.store.remote else 1)
@@ -175,7 +180,7 @@ class ContextService:
             if e.state is None or e.stale:
                 async with e.lock:
                     await self.load(e)
-            elif latest and self.check_reads:
+            elif latest and self.storage.shared:
                 async with e.lock:
                     await self.catch_up(e)
             return e.state
@@ -311,17 +316,43 @@ class ContextService:
         raise Unavailable(f"context {cid} is being written elsewhere; retry")
 
     # -- reads -------------------------------------------------------------------------------------
-    async def get(self, context_id: str, *, latest: bool = True) -> ContextState:
+    async def get(self, context_id: str, *, latest: bool | None = None) -> ContextState:
         """The context's record. Treat it as read-only and read it without
-        awaiting in between (it is the live object). ``latest`` (the default)
-        reflects every write any replica acknowledged before the call, on
-        shared stores at the cost of one small read; ``latest=False`` may
-        serve this replica's cached copy."""
+        awaiting in between (it is the live object). ``latest`` reflects
+        every write any replica acknowledged before the call, on shared
+        stores at the cost of one small read; ``latest=False`` may serve this
+        replica's cached copy; ``None`` follows ``contexts.read_consistency``."""
         cid = validate.context_id(context_id)
-        st = await self.read(cid, latest=latest)
+        st = await self.read(cid, latest=self.check_reads if latest is None else latest)
         if st is None or not st.exists:
             raise not_found(cid)
         return st
+
+    # -- compactions ------------------------------------------------------------------------
+    def compactions(self, st: ContextState) -> list[archive.CompactionInfo]:
+        """The records of ``st``'s compactions, oldest first."""
+        return archive.records(st, int(self.archive_ttl * 1000), self.now())
+
+    def compaction_info(self, record: dict[str, Any]) -> archive.CompactionInfo:
+        ttl = int(self.archive_ttl * 1000)
+        return archive.info(record, archive.expandable(record, ttl, self.now()))
+
+    async def expand(
+        self, context_id: str, compaction_id: str, page_size: int = 0, page_token: str = ""
+    ) -> tuple[archive.CompactionInfo, list, str]:
+        """One page of the messages a compaction folded (ExpandCompaction)."""
+        if not isinstance(compaction_id, str) or not compaction_id:
+            raise InvalidArgument("compaction_id", "must name a compaction, e.g. c12")
+        st = await self.get(context_id)
+        return await archive.expand(
+            self.store,
+            st,
+            compaction_id,
+            ttl_ms=int(self.archive_ttl * 1000),
+            now_ms=self.now(),
+            size=page_size,
+            token=page_token,
+        )
 
     # -- watching ----------------------------------------------------------------------------
     async def watch(self, context_id: str) -> Subscription:

@@ -201,7 +201,10 @@ class Turns:
         now = self.contexts.now()
         version = st.version + 1
         seq = st.next_seq
-        built = [m.assigned(seq + i, m.ts or now) for i, m in enumerate(_restate(st, req.messages))]
+        built = [
+            m.assigned(seq + i, m.ts or now, version)
+            for i, m in enumerate(_restate(st, req.messages))
+        ]
         meta: dict[str, Any] = {}
         if req.principal:
             meta["principal"] = req.principal

@@ -36,6 +36,19 @@ class ContextView(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CONTEXT_VIEW_INFO: _ClassVar[ContextView]
     CONTEXT_VIEW_SLICE: _ClassVar[ContextView]
 
+class ReadConsistency(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    READ_CONSISTENCY_UNSPECIFIED: _ClassVar[ReadConsistency]
+    READ_CONSISTENCY_LATEST: _ClassVar[ReadConsistency]
+    READ_CONSISTENCY_CACHED: _ClassVar[ReadConsistency]
+
+class SliceChange(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SLICE_CHANGE_UNSPECIFIED: _ClassVar[SliceChange]
+    SLICE_CHANGE_NONE: _ClassVar[SliceChange]
+    SLICE_CHANGE_APPEND: _ClassVar[SliceChange]
+    SLICE_CHANGE_REPLACE: _ClassVar[SliceChange]
+
 class RunOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     RUN_OUTCOME_UNSPECIFIED: _ClassVar[RunOutcome]
@@ -70,6 +83,13 @@ CONTEXT_VIEW_UNSPECIFIED: ContextView
 CONTEXT_VIEW_FULL: ContextView
 CONTEXT_VIEW_INFO: ContextView
 CONTEXT_VIEW_SLICE: ContextView
+READ_CONSISTENCY_UNSPECIFIED: ReadConsistency
+READ_CONSISTENCY_LATEST: ReadConsistency
+READ_CONSISTENCY_CACHED: ReadConsistency
+SLICE_CHANGE_UNSPECIFIED: SliceChange
+SLICE_CHANGE_NONE: SliceChange
+SLICE_CHANGE_APPEND: SliceChange
+SLICE_CHANGE_REPLACE: SliceChange
 RUN_OUTCOME_UNSPECIFIED: RunOutcome
 RUN_OUTCOME_SUCCEEDED: RunOutcome
 RUN_OUTCOME_FAILED: RunOutcome
@@ -214,7 +234,7 @@ class Plan(_message.Message):
     def __init__(self, goal: _Optional[str] = ..., items: _Optional[_Iterable[_Union[PlanItem, _Mapping]]] = ..., updated_ms: _Optional[int] = ...) -> None: ...
 
 class Context(_message.Message):
-    __slots__ = ("id", "kind", "version", "messages", "summary", "skills", "plan", "preflight_json", "est_tokens", "model_window", "principal", "task", "turns", "created_ms", "updated_ms", "model")
+    __slots__ = ("id", "kind", "version", "messages", "summary", "skills", "plan", "preflight_json", "est_tokens", "model_window", "principal", "task", "turns", "created_ms", "updated_ms", "model", "compactions")
     ID_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -231,6 +251,7 @@ class Context(_message.Message):
     CREATED_MS_FIELD_NUMBER: _ClassVar[int]
     UPDATED_MS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    COMPACTIONS_FIELD_NUMBER: _ClassVar[int]
     id: str
     kind: ContextKind
     version: int
@@ -247,7 +268,44 @@ class Context(_message.Message):
     created_ms: int
     updated_ms: int
     model: str
-    def __init__(self, id: _Optional[str] = ..., kind: _Optional[_Union[ContextKind, str]] = ..., version: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., summary: _Optional[_Union[Summary, _Mapping]] = ..., skills: _Optional[_Iterable[_Union[SkillRef, _Mapping]]] = ..., plan: _Optional[_Union[Plan, _Mapping]] = ..., preflight_json: _Optional[str] = ..., est_tokens: _Optional[int] = ..., model_window: _Optional[int] = ..., principal: _Optional[str] = ..., task: _Optional[str] = ..., turns: _Optional[int] = ..., created_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ..., model: _Optional[str] = ...) -> None: ...
+    compactions: _containers.RepeatedCompositeFieldContainer[CompactionRecord]
+    def __init__(self, id: _Optional[str] = ..., kind: _Optional[_Union[ContextKind, str]] = ..., version: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., summary: _Optional[_Union[Summary, _Mapping]] = ..., skills: _Optional[_Iterable[_Union[SkillRef, _Mapping]]] = ..., plan: _Optional[_Union[Plan, _Mapping]] = ..., preflight_json: _Optional[str] = ..., est_tokens: _Optional[int] = ..., model_window: _Optional[int] = ..., principal: _Optional[str] = ..., task: _Optional[str] = ..., turns: _Optional[int] = ..., created_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ..., model: _Optional[str] = ..., compactions: _Optional[_Iterable[_Union[CompactionRecord, _Mapping]]] = ...) -> None: ...
+
+class CompactionRecord(_message.Message):
+    __slots__ = ("id", "version", "first_message_id", "last_message_id", "folded", "tokens_before", "tokens_after", "artifacts", "summariser", "ts_ms", "expandable")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    FIRST_MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    FOLDED_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_AFTER_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
+    SUMMARISER_FIELD_NUMBER: _ClassVar[int]
+    TS_MS_FIELD_NUMBER: _ClassVar[int]
+    EXPANDABLE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    version: int
+    first_message_id: str
+    last_message_id: str
+    folded: int
+    tokens_before: int
+    tokens_after: int
+    artifacts: int
+    summariser: str
+    ts_ms: int
+    expandable: bool
+    def __init__(self, id: _Optional[str] = ..., version: _Optional[int] = ..., first_message_id: _Optional[str] = ..., last_message_id: _Optional[str] = ..., folded: _Optional[int] = ..., tokens_before: _Optional[int] = ..., tokens_after: _Optional[int] = ..., artifacts: _Optional[int] = ..., summariser: _Optional[str] = ..., ts_ms: _Optional[int] = ..., expandable: _Optional[bool] = ...) -> None: ...
+
+class CacheEffect(_message.Message):
+    __slots__ = ("tokens_saved", "prefix_tokens_kept", "tokens_rewritten")
+    TOKENS_SAVED_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_TOKENS_KEPT_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_REWRITTEN_FIELD_NUMBER: _ClassVar[int]
+    tokens_saved: int
+    prefix_tokens_kept: int
+    tokens_rewritten: int
+    def __init__(self, tokens_saved: _Optional[int] = ..., prefix_tokens_kept: _Optional[int] = ..., tokens_rewritten: _Optional[int] = ...) -> None: ...
 
 class ContextInfo(_message.Message):
     __slots__ = ("id", "kind", "version", "turns", "est_tokens", "updated_ms", "created_ms", "message_count", "model_window", "archived")
@@ -274,22 +332,34 @@ class ContextInfo(_message.Message):
     def __init__(self, id: _Optional[str] = ..., kind: _Optional[_Union[ContextKind, str]] = ..., version: _Optional[int] = ..., turns: _Optional[int] = ..., est_tokens: _Optional[int] = ..., updated_ms: _Optional[int] = ..., created_ms: _Optional[int] = ..., message_count: _Optional[int] = ..., model_window: _Optional[int] = ..., archived: _Optional[bool] = ...) -> None: ...
 
 class GetContextRequest(_message.Message):
-    __slots__ = ("context_id", "view")
+    __slots__ = ("context_id", "view", "consistency", "page_size", "page_token", "since_version")
     CONTEXT_ID_FIELD_NUMBER: _ClassVar[int]
     VIEW_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SINCE_VERSION_FIELD_NUMBER: _ClassVar[int]
     context_id: str
     view: ContextView
-    def __init__(self, context_id: _Optional[str] = ..., view: _Optional[_Union[ContextView, str]] = ...) -> None: ...
+    consistency: ReadConsistency
+    page_size: int
+    page_token: str
+    since_version: int
+    def __init__(self, context_id: _Optional[str] = ..., view: _Optional[_Union[ContextView, str]] = ..., consistency: _Optional[_Union[ReadConsistency, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., since_version: _Optional[int] = ...) -> None: ...
 
 class GetContextResponse(_message.Message):
-    __slots__ = ("info", "context", "slice")
+    __slots__ = ("info", "context", "slice", "next_page_token", "change")
     INFO_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_FIELD_NUMBER: _ClassVar[int]
     SLICE_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    CHANGE_FIELD_NUMBER: _ClassVar[int]
     info: ContextInfo
     context: Context
     slice: _containers.RepeatedCompositeFieldContainer[Message]
-    def __init__(self, info: _Optional[_Union[ContextInfo, _Mapping]] = ..., context: _Optional[_Union[Context, _Mapping]] = ..., slice: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    change: SliceChange
+    def __init__(self, info: _Optional[_Union[ContextInfo, _Mapping]] = ..., context: _Optional[_Union[Context, _Mapping]] = ..., slice: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., change: _Optional[_Union[SliceChange, str]] = ...) -> None: ...
 
 class ListContextsRequest(_message.Message):
     __slots__ = ("page_size", "page_token", "kind", "include_archived")
@@ -374,7 +444,7 @@ class PlanCompactionRequest(_message.Message):
     def __init__(self, context_id: _Optional[str] = ..., keep_last: _Optional[int] = ..., target_tokens: _Optional[int] = ...) -> None: ...
 
 class PlanCompactionResponse(_message.Message):
-    __slots__ = ("nothing_to_do", "reason", "plan_ref", "base_version", "fold_count", "fold_through_message_id", "system_prompt", "excerpt", "answer_schema_json", "tokens_before")
+    __slots__ = ("nothing_to_do", "reason", "plan_ref", "base_version", "fold_count", "fold_through_message_id", "system_prompt", "excerpt", "answer_schema_json", "tokens_before", "cache")
     NOTHING_TO_DO_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     PLAN_REF_FIELD_NUMBER: _ClassVar[int]
@@ -385,6 +455,7 @@ class PlanCompactionResponse(_message.Message):
     EXCERPT_FIELD_NUMBER: _ClassVar[int]
     ANSWER_SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
     TOKENS_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    CACHE_FIELD_NUMBER: _ClassVar[int]
     nothing_to_do: bool
     reason: str
     plan_ref: str
@@ -395,7 +466,8 @@ class PlanCompactionResponse(_message.Message):
     excerpt: str
     answer_schema_json: str
     tokens_before: int
-    def __init__(self, nothing_to_do: _Optional[bool] = ..., reason: _Optional[str] = ..., plan_ref: _Optional[str] = ..., base_version: _Optional[int] = ..., fold_count: _Optional[int] = ..., fold_through_message_id: _Optional[str] = ..., system_prompt: _Optional[str] = ..., excerpt: _Optional[str] = ..., answer_schema_json: _Optional[str] = ..., tokens_before: _Optional[int] = ...) -> None: ...
+    cache: CacheEffect
+    def __init__(self, nothing_to_do: _Optional[bool] = ..., reason: _Optional[str] = ..., plan_ref: _Optional[str] = ..., base_version: _Optional[int] = ..., fold_count: _Optional[int] = ..., fold_through_message_id: _Optional[str] = ..., system_prompt: _Optional[str] = ..., excerpt: _Optional[str] = ..., answer_schema_json: _Optional[str] = ..., tokens_before: _Optional[int] = ..., cache: _Optional[_Union[CacheEffect, _Mapping]] = ...) -> None: ...
 
 class ApplyCompactionRequest(_message.Message):
     __slots__ = ("context_id", "plan_ref", "answer")
@@ -408,20 +480,24 @@ class ApplyCompactionRequest(_message.Message):
     def __init__(self, context_id: _Optional[str] = ..., plan_ref: _Optional[str] = ..., answer: _Optional[str] = ...) -> None: ...
 
 class ApplyCompactionResponse(_message.Message):
-    __slots__ = ("version", "folded", "tokens_before", "tokens_after", "summary", "evicted_skills")
+    __slots__ = ("version", "folded", "tokens_before", "tokens_after", "summary", "evicted_skills", "cache", "compaction")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     FOLDED_FIELD_NUMBER: _ClassVar[int]
     TOKENS_BEFORE_FIELD_NUMBER: _ClassVar[int]
     TOKENS_AFTER_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
     EVICTED_SKILLS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_FIELD_NUMBER: _ClassVar[int]
+    COMPACTION_FIELD_NUMBER: _ClassVar[int]
     version: int
     folded: int
     tokens_before: int
     tokens_after: int
     summary: Summary
     evicted_skills: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, version: _Optional[int] = ..., folded: _Optional[int] = ..., tokens_before: _Optional[int] = ..., tokens_after: _Optional[int] = ..., summary: _Optional[_Union[Summary, _Mapping]] = ..., evicted_skills: _Optional[_Iterable[str]] = ...) -> None: ...
+    cache: CacheEffect
+    compaction: CompactionRecord
+    def __init__(self, version: _Optional[int] = ..., folded: _Optional[int] = ..., tokens_before: _Optional[int] = ..., tokens_after: _Optional[int] = ..., summary: _Optional[_Union[Summary, _Mapping]] = ..., evicted_skills: _Optional[_Iterable[str]] = ..., cache: _Optional[_Union[CacheEffect, _Mapping]] = ..., compaction: _Optional[_Union[CompactionRecord, _Mapping]] = ...) -> None: ...
 
 class CompactRequest(_message.Message):
     __slots__ = ("context_id", "keep_last", "target_tokens", "instructions", "summariser")
@@ -438,7 +514,7 @@ class CompactRequest(_message.Message):
     def __init__(self, context_id: _Optional[str] = ..., keep_last: _Optional[int] = ..., target_tokens: _Optional[int] = ..., instructions: _Optional[str] = ..., summariser: _Optional[str] = ...) -> None: ...
 
 class CompactResponse(_message.Message):
-    __slots__ = ("compacted", "reason", "version", "folded", "tokens_before", "tokens_after", "summary", "summariser")
+    __slots__ = ("compacted", "reason", "version", "folded", "tokens_before", "tokens_after", "summary", "summariser", "cache", "compaction")
     COMPACTED_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -447,6 +523,8 @@ class CompactResponse(_message.Message):
     TOKENS_AFTER_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
     SUMMARISER_FIELD_NUMBER: _ClassVar[int]
+    CACHE_FIELD_NUMBER: _ClassVar[int]
+    COMPACTION_FIELD_NUMBER: _ClassVar[int]
     compacted: bool
     reason: str
     version: int
@@ -455,7 +533,9 @@ class CompactResponse(_message.Message):
     tokens_after: int
     summary: Summary
     summariser: str
-    def __init__(self, compacted: _Optional[bool] = ..., reason: _Optional[str] = ..., version: _Optional[int] = ..., folded: _Optional[int] = ..., tokens_before: _Optional[int] = ..., tokens_after: _Optional[int] = ..., summary: _Optional[_Union[Summary, _Mapping]] = ..., summariser: _Optional[str] = ...) -> None: ...
+    cache: CacheEffect
+    compaction: CompactionRecord
+    def __init__(self, compacted: _Optional[bool] = ..., reason: _Optional[str] = ..., version: _Optional[int] = ..., folded: _Optional[int] = ..., tokens_before: _Optional[int] = ..., tokens_after: _Optional[int] = ..., summary: _Optional[_Union[Summary, _Mapping]] = ..., summariser: _Optional[str] = ..., cache: _Optional[_Union[CacheEffect, _Mapping]] = ..., compaction: _Optional[_Union[CompactionRecord, _Mapping]] = ...) -> None: ...
 
 class PlanItemSpec(_message.Message):
     __slots__ = ("id", "title", "detail")
@@ -682,7 +762,7 @@ class WatchContextRequest(_message.Message):
     def __init__(self, context_id: _Optional[str] = ...) -> None: ...
 
 class WatchContextResponse(_message.Message):
-    __slots__ = ("context_id", "kind", "version", "ts_ms", "tokens_before", "tokens_after", "folded", "detail")
+    __slots__ = ("context_id", "kind", "version", "ts_ms", "tokens_before", "tokens_after", "folded", "detail", "compaction")
     CONTEXT_ID_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -691,6 +771,7 @@ class WatchContextResponse(_message.Message):
     TOKENS_AFTER_FIELD_NUMBER: _ClassVar[int]
     FOLDED_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
+    COMPACTION_FIELD_NUMBER: _ClassVar[int]
     context_id: str
     kind: ContextEventKind
     version: int
@@ -699,4 +780,27 @@ class WatchContextResponse(_message.Message):
     tokens_after: int
     folded: int
     detail: str
-    def __init__(self, context_id: _Optional[str] = ..., kind: _Optional[_Union[ContextEventKind, str]] = ..., version: _Optional[int] = ..., ts_ms: _Optional[int] = ..., tokens_before: _Optional[int] = ..., tokens_after: _Optional[int] = ..., folded: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
+    compaction: CompactionRecord
+    def __init__(self, context_id: _Optional[str] = ..., kind: _Optional[_Union[ContextEventKind, str]] = ..., version: _Optional[int] = ..., ts_ms: _Optional[int] = ..., tokens_before: _Optional[int] = ..., tokens_after: _Optional[int] = ..., folded: _Optional[int] = ..., detail: _Optional[str] = ..., compaction: _Optional[_Union[CompactionRecord, _Mapping]] = ...) -> None: ...
+
+class ExpandCompactionRequest(_message.Message):
+    __slots__ = ("context_id", "compaction_id", "page_size", "page_token")
+    CONTEXT_ID_FIELD_NUMBER: _ClassVar[int]
+    COMPACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    context_id: str
+    compaction_id: str
+    page_size: int
+    page_token: str
+    def __init__(self, context_id: _Optional[str] = ..., compaction_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ExpandCompactionResponse(_message.Message):
+    __slots__ = ("compaction", "messages", "next_page_token")
+    COMPACTION_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    compaction: CompactionRecord
+    messages: _containers.RepeatedCompositeFieldContainer[Message]
+    next_page_token: str
+    def __init__(self, compaction: _Optional[_Union[CompactionRecord, _Mapping]] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
