@@ -22,9 +22,9 @@ Every write is conditional (If-Match / If-None-Match), so sidecars sharing
 a bucket never lose each other's changes:
 
 * change names: route each name through the root (cached, with its
-  version) to its page, GET the page, CAS it. A missing, moved or sealed
-  page means the cached root is stale: finish the split if sealed, re-read
-  the root, retry.
+  version) to its page, CAS the page as last seen (GET it first when it is
+  not cached or the CAS failed). A missing, moved or sealed page means the
+  cached root is stale: finish the split if sealed, re-read the root, retry.
 * split (a page would exceed its bounds): CAS the page to its sealed form
   *including* the new changes (this fences off every other writer), write
   the new pages create-only, CAS the root to name them instead, then CAS
@@ -39,9 +39,10 @@ a bucket never lose each other's changes:
 
 Pages never merge: removals leave small pages behind, which costs one
 descriptor each in the root. The root is written only on splits, so a
-create or remove costs a bounded number of requests (GET page, PUT page;
-the root only when the cache is stale) and bytes (one page), however many
-names the namespace holds.
+create or remove costs a bounded number of requests (one conditional PUT of
+the page as last read, or GET + PUT when that copy is stale; the root only
+when it is stale or on a split) and bytes (one page), however many names the
+namespace holds.
 """
 
 from __future__ import annotations
@@ -294,7 +295,11 @@ class PageStore:
         pid = root.ids[i]
         key = self.page_key(pid)
         for attempt in range(MAX_CAS_ATTEMPTS):
-            page = await self.read_page(pid)
+            # The page as last seen, if any: its version makes the write conditional,
+            # so a stale copy costs one failed write, and a fresh one saves a GET.
+            page = cached = self._pages.get(pid) if attempt == 0 else None
+            if page is None:
+                page = await self.read_page(pid)
             if page is None:
                 if not await self._confirm_lost(pid, root.lowers[i]):
                     return False
@@ -320,6 +325,8 @@ class PageStore:
                     else:
                         entries[name] = new
             if not changed:
+                if cached is not None:
+                    continue  # "nothing to do" must be decided on the stored page
                 return True
             body = encode_page(page.lo, entries)
             over = len(entries) > self.page_max or len(body) > self.page_max_bytes
@@ -364,9 +371,10 @@ class PageStore:
                 parts = partition(page.entries, page.split)
                 for (lo, sid), part in zip(page.split, parts, strict=True):
                     try:
-                        await self.storage.put(
+                        version = await self.storage.put(
                             self.page_key(sid), encode_page(lo, part), if_absent=True
                         )
+                        self._remember(Page(sid, version, lo, part))
                     except Conflict:
                         pass  # written by the splitter or another helper: same content
                 faults.crash_point(f"{self.namespace}.after_page_split")
