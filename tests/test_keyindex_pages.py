@@ -180,6 +180,24 @@ async def test_a_migration_that_loses_the_race_to_an_old_writer_keeps_its_additi
     await storage.close()
 
 
+async def test_a_lost_page_is_recreated_empty_and_rebuild_restores_its_names():
+    storage = Storage(NoListMemoryStore())
+    index = KeyIndex(storage, "things", page_max=4)
+    names = [f"n{i:02d}" for i in range(20)]
+    for name in names:
+        await create(index, storage, name)
+    root = json.loads((await storage.get("things/_index")).value)
+    lower, lost = root["pages"][1]
+    gone = json.loads((await storage.get(f"things/_index.p/{lost}")).value)["keys"]
+    await storage.delete(f"things/_index.p/{lost}")
+    assert await index.list() == [n for n in names if n not in gone]
+    await create(index, storage, lower + "x")  # a write to the lost range still works
+    assert lower + "x" in await index.list()
+    assert await index.rebuild(names) == len(names) + 1
+    assert await index.list() == sorted([*names, lower + "x"])
+    await storage.close()
+
+
 # -- S3 without LIST (moto over HTTP) ---------------------------------------------------
 def test_bytes_written_per_create_do_not_grow_with_the_number_of_names(moto_endpoint):
     async def per_create(page_max: int) -> tuple[float, float]:

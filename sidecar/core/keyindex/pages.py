@@ -16,7 +16,10 @@ Format (JSON, UTF-8):
   and pages are never deleted, so a page key that ever existed can never be
   created again by a late helper.
 * version 1 (one record ``{"v": 1, "keys": {...}}`` at the root key) is
-  read as is and migrated to pages by the first write.
+  read as is and migrated to pages by the first write. Sidecars that only
+  know version 1 read a paged root as corrupted and would overwrite it, so
+  every sidecar sharing a bucket is upgraded before any writes (a
+  ``rebuild`` repairs the index if one did).
 
 Every write is conditional (If-Match / If-None-Match), so sidecars sharing
 a bucket never lose each other's changes:
