@@ -125,6 +125,16 @@ async def test_group_commit_of_many_adds_to_one_page_splits_into_bounded_pages()
     await storage.close()
 
 
+async def test_a_listing_spans_any_number_of_pages():
+    storage = Storage(NoListMemoryStore())
+    index = KeyIndex(storage, "things", page_max=2)
+    names = [f"n{i:04d}" for i in range(600)]
+    await asyncio.gather(*(create(index, storage, n) for n in names))
+    assert len(await store_pages(storage, "things")) > 250
+    assert await index.list() == names
+    await storage.close()
+
+
 async def test_two_views_of_one_store_lose_no_addition_across_splits():
     store = NoListMemoryStore()  # one shared backend, two independent sidecar views
     a, b = Storage(store), Storage(store)

@@ -276,7 +276,8 @@ class KeyIndex:
             return _pick(sorted(root.legacy), prefix, after, limit, [])
         out: list[str] = []
         i: int | None = None
-        for _ in range(MAX_CAS_ATTEMPTS * 4):
+        restarts = 0
+        while restarts <= MAX_CAS_ATTEMPTS:
             cursor = out[-1] if out else after
             if i is None:
                 i = root.locate(max(prefix, cursor))
@@ -292,6 +293,7 @@ class KeyIndex:
                     i += 1  # lost page: nothing to list from it until a rebuild
                     continue
                 root, i = fresh, None  # split meanwhile: continue from the new root
+                restarts += 1
                 if root.legacy is not None:
                     return _pick(sorted(root.legacy), prefix, cursor, limit, out)
                 continue
