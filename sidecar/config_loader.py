@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 Path = tuple[str, ...]
 
 #: ``CTXD_*`` variables that are not settings (no warning for them).
-NOT_SETTINGS = frozenset({"CTXD_CONFIG", "CTXD_CRASH_POINT"})
+NOT_SETTINGS = frozenset({"CTXD_CONFIG", "CTXD_CRASH_POINT", "CTXD_INDEX_PAGE_MAX"})
 
 
 class Layer(PydanticBaseSettingsSource):

@@ -2,11 +2,14 @@
 
 A namespace (``memory``, ``contexts``…) keeps its records under
 ``<namespace>/<name>``. On a store that declares LIST, :meth:`KeyIndex.list`
-asks the store. On a store without LIST, ctxd keeps one index record,
-``<namespace>/_index``: a JSON map ``name -> entry``, updated with conditional
-puts in a compare-and-set loop, so sidecars sharing one bucket never lose each
-other's additions. Names starting with ``_`` are reserved for this
-bookkeeping and are never listed.
+asks the store. On a store without LIST, ctxd keeps an index of the names in
+bounded pages: a root record ``<namespace>/_index`` listing the pages by
+name range, and pages ``<namespace>/_index.p/<id>`` of at most
+``PAGE_MAX`` entries each (format, split and migration protocol:
+:mod:`sidecar.core.keyindex.pages`). Every index write is a conditional
+put, so sidecars sharing one bucket never lose each other's additions, and a
+create costs one page write however many names exist. Names starting with
+``_`` are reserved for this bookkeeping and are never listed.
 
 Write protocol (what callers must do, in this order):
 
@@ -30,35 +33,48 @@ because that writer's value may still be on its way; a reader drops it
 later if no value arrives. Within one process, writes to one name must be
 serialised by the caller (the memory and context code do).
 
-If the index record is ever lost or corrupted, :meth:`KeyIndex.rebuild`
-restores it from a listing (a Storage that can LIST the same bucket, e.g.
-opened with ``list=true`` by an operator) or from a given set of names.
+If the index is ever lost or corrupted, :meth:`KeyIndex.rebuild` restores
+it from a listing (a Storage that can LIST the same bucket, e.g. opened with
+``list=true`` by an operator) or from a given set of names.
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
-import json
 import logging
-import random
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from sidecar.core import faults
-from sidecar.core.errors import Conflict, FailedPrecondition, Unavailable
+from sidecar.core.errors import FailedPrecondition, Unavailable
+from sidecar.core.keyindex.pages import (
+    MAX_CAS_ATTEMPTS,
+    PAGE_MAX,
+    PAGE_MAX_BYTES,
+    ROOT_NAME,
+    Change,
+    PageStore,
+    fresh_adds,
+)
 from sidecar.core.storage import Storage
 from sidecar.store import Item
 
+__all__ = [
+    "DEFAULT_GRACE_SECONDS",
+    "MAX_CAS_ATTEMPTS",
+    "PAGE_MAX",
+    "PAGE_MAX_BYTES",
+    "KeyIndex",
+]
+
 log = logging.getLogger(__name__)
 
-INDEX_NAME = "_index"
+INDEX_NAME = ROOT_NAME
 #: Seconds an index entry without a value is presumed to be a write in flight.
 DEFAULT_GRACE_SECONDS = 300.0
-#: Attempts of the compare-and-set loop before giving up (UNAVAILABLE).
-MAX_CAS_ATTEMPTS = 50
 #: Values read concurrently while verifying index entries on remote stores.
 READ_CONCURRENCY = 16
 
@@ -67,9 +83,9 @@ class KeyIndex:
     """Names of the records in one namespace, listable on every store.
 
     Public API: :meth:`add`, :meth:`remove`, :meth:`list`, :meth:`scan`,
-    :meth:`rebuild`. ``add``/``remove`` are no-ops on stores with LIST, so
-    callers may call them unconditionally; check :attr:`active` to skip the
-    work of computing ``meta`` when it would be thrown away.
+    :meth:`rebuild`, :meth:`entries`. ``add``/``remove`` are no-ops on stores
+    with LIST, so callers may call them unconditionally; check :attr:`active`
+    to skip the work of computing ``meta`` when it would be thrown away.
     """
 
     def __init__(
@@ -79,6 +95,8 @@ class KeyIndex:
         *,
         clock: Callable[[], float] = time.time,
         grace: float = DEFAULT_GRACE_SECONDS,
+        page_max: int | None = None,
+        page_max_bytes: int | None = None,
     ) -> None:
         self.storage = storage
         self.namespace = namespace.strip("/")
@@ -90,32 +108,39 @@ class KeyIndex:
         self.grace = grace
         #: Identifies this process's additions inside shared index entries.
         self.writer = uuid.uuid4().hex[:12]
+        self.pages = PageStore(storage, self.prefix, self.namespace)
+        if page_max is not None:
+            self.pages.page_max = page_max
+        if page_max_bytes is not None:
+            self.pages.page_max_bytes = page_max_bytes
         self._lock = asyncio.Lock()
-        self._pending: list[tuple[Callable[[dict[str, Any], int], Any], asyncio.Future]] = []
-        # Last index record seen: its version, entries and (lazily) sorted names.
-        self._version: str | None = None
-        self._entries: dict[str, Any] = {}
-        self._sorted: list[str] | None = []
-        self._loaded = False
+        self._pending: list[tuple[list[tuple[str, Change]], asyncio.Future]] = []
+
+    @property
+    def page_max(self) -> int:
+        """Entries per page before it splits (settable, e.g. small in tests)."""
+        return self.pages.page_max
+
+    @page_max.setter
+    def page_max(self, value: int) -> None:
+        self.pages.page_max = value
 
     # -- writes ----------------------------------------------------------------
     async def add(self, name: str, meta: Any = None) -> None:
         """Record ``name`` (with optional JSON-able ``meta``) before its value is written."""
         if not self.active:
             return
-        writer = self.writer
+        writer, grace = self.writer, self._grace_ms
 
-        def op(entries: dict[str, Any], now: int) -> bool:
-            entry = entries.get(name)
-            adds = _fresh_adds(entry, now, self._grace_ms)
+        def change(entry: dict[str, Any] | None, now: int) -> dict[str, Any]:
+            adds = fresh_adds(entry, now, grace)
             adds[writer] = now
             new: dict[str, Any] = {"a": adds}
             if meta is not None:
                 new["m"] = meta
-            entries[name] = new
-            return True
+            return new
 
-        await self._apply(op)
+        await self._apply([(name, change)])
         faults.crash_point(f"{self.namespace}.after_index_add")
 
     async def remove(self, name: str) -> None:
@@ -124,21 +149,18 @@ class KeyIndex:
         if not self.active:
             return
         faults.crash_point(f"{self.namespace}.before_index_remove")
-        writer = self.writer
+        writer, grace = self.writer, self._grace_ms
 
-        def op(entries: dict[str, Any], now: int) -> bool:
-            entry = entries.get(name)
+        def change(entry: dict[str, Any] | None, now: int) -> dict[str, Any] | None:
             if entry is None:
-                return False
-            adds = _fresh_adds(entry, now, self._grace_ms)
+                return None
+            adds = fresh_adds(entry, now, grace)
             adds.pop(writer, None)
             if adds:  # another writer added it recently: its value may be in flight
-                entries[name] = {**entry, "a": adds}
-            else:
-                del entries[name]
-            return True
+                return {**entry, "a": adds}
+            return None
 
-        await self._apply(op)
+        await self._apply([(name, change)])
 
     async def rebuild(self, names: Iterable[str] | None = None) -> int:
         """Repair the index from the values that exist; return how many names it lists.
@@ -164,23 +186,18 @@ class KeyIndex:
         present = [n for n, item in zip(candidates, items, strict=True) if item is not None]
 
         # Entries already in the index whose value is gone are checked too.
-        loaded = await self._load()
+        loaded = await self._all_entries()
         present_set = set(present)
         stale = [n for n in loaded if n not in present_set]
         stale_items = await self._read_many(stale)
-        gone = {n for n, item in zip(stale, stale_items, strict=True) if item is None}
+        gone = [n for n, item in zip(stale, stale_items, strict=True) if item is None]
 
-        def op(entries: dict[str, Any], now: int) -> bool:
-            for n in present:
-                entries.setdefault(n, {})
-            for n in gone:
-                entry = entries.get(n)
-                if entry is not None and not _fresh_adds(entry, now, self._grace_ms):
-                    del entries[n]
-            return True
+        def keep(entry: dict[str, Any] | None, now: int) -> dict[str, Any]:
+            return {} if entry is None else entry
 
-        await self._apply(op, force=True)
-        return len(self._entries)
+        changes = [(n, keep) for n in present] + [(n, self._drop_unless_fresh) for n in gone]
+        await self._apply(changes, force=True)
+        return len(await self._all_entries())
 
     # -- reads -------------------------------------------------------------------
     async def list(
@@ -222,7 +239,7 @@ class KeyIndex:
 
     async def entries(self) -> dict[str, Any]:
         """The index as stored (name -> meta), without checking values. For tools and tests."""
-        loaded = await self._load()
+        loaded = await self._all_entries()
         return {name: entry.get("m") for name, entry in loaded.items()}
 
     # -- internals -------------------------------------------------------------------
@@ -232,6 +249,11 @@ class KeyIndex:
 
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)
+
+    def _drop_unless_fresh(self, entry: dict[str, Any] | None, now: int) -> dict[str, Any] | None:
+        if entry is not None and fresh_adds(entry, now, self._grace_ms):
+            return entry
+        return None
 
     async def _store_names(self, prefix: str, after: str, limit: int | None) -> list[str]:
         n = len(self.prefix)
@@ -246,18 +268,55 @@ class KeyIndex:
         return names if limit is None else names[:limit]
 
     async def _index_names(self, prefix: str, after: str, limit: int | None) -> list[str]:
-        await self._load()
-        if self._sorted is None:
-            self._sorted = sorted(self._entries)
-        names = self._sorted
-        lo = max(prefix, after)
-        i = bisect.bisect_right(names, lo) if lo == after else bisect.bisect_left(names, lo)
-        out = []
-        for name in names[i:]:
-            if not name.startswith(prefix) or (limit is not None and len(out) >= limit):
-                break
-            out.append(name)
-        return out
+        """Names from the index, reading only the pages that can hold them."""
+        root = await self.pages.read_root()
+        if root.legacy is not None:  # not migrated yet: one record holds everything
+            return _pick(sorted(root.legacy), prefix, after, limit, [])
+        out: list[str] = []
+        i: int | None = None
+        restarts = 0
+        while restarts <= MAX_CAS_ATTEMPTS:
+            cursor = out[-1] if out else after
+            if i is None:
+                i = root.locate(max(prefix, cursor))
+            if i >= len(root.ids) or (limit is not None and len(out) >= limit):
+                return out
+            lower = root.lowers[i]
+            if lower > prefix and not lower.startswith(prefix):
+                return out  # this page and the ones after hold only greater names
+            page = await self.pages.read_page(root.ids[i])
+            if page is None or page.moved:
+                fresh = await self.pages.read_root()
+                if page is None and fresh.version == root.version:
+                    i += 1  # lost page: nothing to list from it until a rebuild
+                    continue
+                root, i = fresh, None  # split meanwhile: continue from the new root
+                restarts += 1
+                if root.legacy is not None:
+                    return _pick(sorted(root.legacy), prefix, cursor, limit, out)
+                continue
+            if _pick(page.names(), prefix, cursor, limit, out) is None:
+                return out  # passed the last name with the prefix
+            i += 1
+        raise Unavailable(f"the {self.namespace} index keeps changing while listed; retry")
+
+    async def _all_entries(self) -> dict[str, Any]:
+        """Every entry of the index (name -> entry as stored)."""
+        root = await self.pages.read_root()
+        if root.legacy is not None:
+            return dict(root.legacy)
+        for _ in range(MAX_CAS_ATTEMPTS):
+            pages = await asyncio.gather(*(self.pages.read_page(pid) for pid in root.ids))
+            if all(p is None or not p.moved for p in pages):
+                out: dict[str, Any] = {}
+                for page in pages:
+                    if page is not None:
+                        out.update(page.entries)
+                return out
+            root = await self.pages.read_root()
+            if root.legacy is not None:
+                return dict(root.legacy)
+        raise Unavailable(f"the {self.namespace} index keeps changing while read; retry")
 
     async def _read_many(self, names: list[str]) -> list[Item | None]:
         keys = [self.prefix + n for n in names]
@@ -273,139 +332,63 @@ class KeyIndex:
 
     async def _repair(self, names: list[str]) -> None:
         """Drop entries whose value is absent and that no writer added recently."""
-        names_set = set(names)
-
-        def op(entries: dict[str, Any], now: int) -> bool:
-            changed = False
-            for name in names_set:
-                entry = entries.get(name)
-                if entry is not None and not _fresh_adds(entry, now, self._grace_ms):
-                    del entries[name]
-                    changed = True
-            return changed
-
         # Re-check the values right before dropping: a write may have landed.
         items = await self._read_many(names)
-        names_set = {n for n, item in zip(names, items, strict=True) if item is None}
-        if not names_set:
+        gone = [n for n, item in zip(names, items, strict=True) if item is None]
+        if not gone:
             return
         try:
-            await self._apply(op)
-            log.info("index repaired", extra={"index": self.record_key, "dropped": len(names_set)})
+            await self._apply([(n, self._drop_unless_fresh) for n in gone])
+            log.info("index repaired", extra={"index": self.record_key, "checked": len(gone)})
         except Unavailable:
             pass  # best effort; the next reader retries
 
-    async def _load(self) -> dict[str, Any]:
-        """Read the index record (reusing the parsed copy when unchanged)."""
-        item = await self.storage.get(self.record_key)
-        self._adopt(item)
-        return self._entries
+    async def _apply(self, changes: list[tuple[str, Change]], *, force: bool = False) -> None:
+        """Apply ``changes`` together with every other pending change.
 
-    def _adopt(self, item: Item | None) -> None:
-        if item is None:
-            version, entries = None, {}
-        elif self._loaded and item.version == self._version:
-            return
-        else:
-            version, entries = item.version, _decode(item.value, self.record_key)
-        self._version, self._entries = version, entries
-        self._sorted = None
-        self._loaded = True
-
-    async def _apply(
-        self, op: Callable[[dict[str, Any], int], Any], *, force: bool = False
-    ) -> None:
-        """Apply ``op`` to the index with every other pending op in one write.
-
-        Ops queue up while a write is in flight; whichever caller holds the
-        lock next writes them all (group commit), so concurrent adds cost one
-        store write, not one each.
+        Changes queue up while a write is in flight; whichever caller holds
+        the lock next writes them all (group commit), so concurrent adds to
+        one page cost one store write, not one each. ``force`` migrates or
+        creates the index even when no entry changes (rebuild).
         """
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._pending.append((op, fut))
+        self._pending.append((changes, fut))
         async with self._lock:
             if fut.done():
                 return fut.result()
             batch, self._pending = self._pending, []
+            self.pages.grace_ms = self._grace_ms
             try:
-                await self._write(batch, force)
+                merged = [c for queued, _ in batch for c in queued]
+                if merged:
+                    await self.pages.apply(merged, self._now_ms)
+                elif force:
+                    await self.pages.ensure()
             except BaseException as exc:
-                for queued_op, f in batch:
+                for queued, f in batch:
                     if not f.done() and f is not fut:
                         if isinstance(exc, Exception):
                             f.set_exception(exc)
-                        else:  # cancelled: leave the others' ops for the next holder
-                            self._pending.append((queued_op, f))
+                        else:  # cancelled: leave the others' changes for the next holder
+                            self._pending.append((queued, f))
                 raise
             for _, f in batch:
                 if not f.done():
                     f.set_result(None)
         return fut.result()
 
-    def _pruned(self, now: int) -> dict[str, Any]:
-        """A copy of the entries without add-markers older than the grace period."""
-        grace = self._grace_ms
-        return {n: _without_stale_adds(e, now, grace) for n, e in self._entries.items()}
 
-    async def _write(self, batch: list, force: bool) -> None:
-        if not self._loaded:
-            await self._load()
-        for attempt in range(MAX_CAS_ATTEMPTS):
-            now = self._now_ms()
-            entries = self._pruned(now)  # a copy: ops replace entries, never mutate them
-            changed = force
-            for op, _ in batch:
-                changed = bool(op(entries, now)) or changed
-            if not changed:
-                return
-            body = _encode(entries)
-            try:
-                if not self.storage.can_cas:  # single process only: the lock is enough
-                    version = await self.storage.put(self.record_key, body)
-                elif self._version is None:
-                    version = await self.storage.put(self.record_key, body, if_absent=True)
-                else:
-                    version = await self.storage.put(
-                        self.record_key, body, if_version=self._version
-                    )
-            except Conflict:
-                # Someone else wrote the index: re-read and re-apply our ops.
-                await asyncio.sleep(random.uniform(0, min(0.2, 0.005 * 2**attempt)))
-                await self._load()
-                continue
-            self._version, self._entries = version, entries
-            self._sorted = None
-            return
-        raise Unavailable(f"the {self.namespace} index is too contended; retry")
-
-
-def _without_stale_adds(entry: dict[str, Any], now: int, grace_ms: int) -> dict[str, Any]:
-    if "a" not in entry or _fresh_adds(entry, now, grace_ms):
-        return entry
-    return {k: v for k, v in entry.items() if k != "a"}
-
-
-def _fresh_adds(entry: Mapping[str, Any] | None, now: int, grace_ms: int) -> dict[str, int]:
-    if not entry:
-        return {}
-    adds = entry.get("a") or {}
-    return {w: t for w, t in adds.items() if isinstance(t, int) and now - t < grace_ms}
-
-
-def _encode(entries: dict[str, Any]) -> bytes:
-    return json.dumps(
-        {"v": 1, "keys": entries}, separators=(",", ":"), ensure_ascii=False, sort_keys=True
-    ).encode()
-
-
-def _decode(raw: bytes, where: str) -> dict[str, Any]:
-    try:
-        doc = json.loads(raw)
-        keys = doc["keys"]
-        if not isinstance(keys, dict):
-            raise TypeError
-        return {k: v if isinstance(v, dict) else {} for k, v in keys.items()}
-    except (ValueError, KeyError, TypeError):
-        # A corrupted index lists nothing until rebuilt; values are untouched.
-        log.error("index record is corrupted; run a rebuild", extra={"index": where})
-        return {}
+def _pick(
+    names: list[str], prefix: str, after: str, limit: int | None, out: list[str]
+) -> list[str] | None:
+    """Append to ``out`` the sorted ``names`` with ``prefix`` greater than
+    ``after``, up to ``limit``; None once a greater name without the prefix
+    was seen (nothing later can match)."""
+    i = max(bisect.bisect_right(names, after), bisect.bisect_left(names, prefix))
+    for name in names[i:]:
+        if limit is not None and len(out) >= limit:
+            return out
+        if not name.startswith(prefix):
+            return None
+        out.append(name)
+    return out
