@@ -54,7 +54,17 @@ def append(stub, cid: str, *messages: pb.Message, **kw) -> pb.AppendTurnResponse
 
 
 def full(stub, cid: str) -> pb.Context:
-    return stub.GetContext(pb.GetContextRequest(context_id=cid, view=pb.CONTEXT_VIEW_FULL)).context
+    """The whole record, every page of its messages (as a client reads it)."""
+    resp = stub.GetContext(pb.GetContextRequest(context_id=cid, view=pb.CONTEXT_VIEW_FULL))
+    ctx = resp.context
+    while resp.next_page_token:
+        resp = stub.GetContext(
+            pb.GetContextRequest(
+                context_id=cid, view=pb.CONTEXT_VIEW_FULL, page_token=resp.next_page_token
+            )
+        )
+        ctx.messages.extend(resp.context.messages)
+    return ctx
 
 
 def info(stub, cid: str) -> pb.ContextInfo:
