@@ -1,0 +1,193 @@
+"""Reads of any context by a client with default channel options (4 MiB):
+paged views, incremental slice reads whose cost is the turn, and the
+lossless archive behind ExpandCompaction, over real gRPC on LMDB and S3."""
+
+from __future__ import annotations
+
+import json
+
+import grpc
+import pytest
+
+from sidecar.api.ctxd.v1 import context_pb2 as pb
+from tests.test_compaction_rpcs import append, assistant, tool, user
+
+DEFAULT_LIMIT = 4 * 1024 * 1024
+
+
+@pytest.fixture(params=["lmdb", "s3"])
+def backend(request) -> str:
+    return request.param
+
+
+def get(sc, cid: str, view=pb.CONTEXT_VIEW_SLICE, **kw) -> pb.GetContextResponse:
+    return sc.contexts.GetContext(pb.GetContextRequest(context_id=cid, view=view, **kw))
+
+
+def pages(sc, cid: str, view) -> list[pb.GetContextResponse]:
+    out = [get(sc, cid, view)]
+    while out[-1].next_page_token:
+        out.append(get(sc, cid, view, page_token=out[-1].next_page_token))
+    return out
+
+
+def ids(resp: pb.GetContextResponse) -> list[str]:
+    return [m.id for m in (resp.context.messages if resp.HasField("context") else resp.slice)]
+
+
+def test_a_context_of_many_large_tool_results_reads_in_pages(start_sidecar, store_uri_for, backend):
+    sc = start_sidecar(store_uri_for(backend), contexts__auto_compact=False)
+    rounds = 18 if backend == "lmdb" else 6
+    big = "x" * (1024 * 1024 - 64)
+    append(sc, "big", user("collect every log"))
+    for i in range(rounds):
+        append(sc, "big", assistant("", (f"c{i}", "logs")))
+        req = pb.AppendTurnRequest(
+            context_id="big",
+            messages=[pb.Message(tool=pb.ToolResult(call_id=f"c{i}", name="logs", text=big))],
+        )
+        sc.contexts.AppendTurn(req)
+    want = [f"m{i}" for i in range(1, 2 * rounds + 2)]
+    for view in (pb.CONTEXT_VIEW_FULL, pb.CONTEXT_VIEW_SLICE):
+        got = pages(sc, "big", view)
+        assert len(got) > 1
+        assert all(r.ByteSize() < DEFAULT_LIMIT for r in got)
+        assert [i for r in got for i in ids(r)] == want
+        assert all(r.info.version == 2 * rounds + 1 for r in got)
+
+
+def test_page_size_and_tokens_stay_put_under_appends(start_sidecar, store_uri_for, backend):
+    sc = start_sidecar(store_uri_for(backend))
+    for i in range(10):
+        append(sc, "p", user(f"u{i}"), assistant(f"a{i}"))
+    first = get(sc, "p", pb.CONTEXT_VIEW_FULL, page_size=7)
+    assert ids(first) == [f"m{i}" for i in range(1, 8)]
+    append(sc, "p", user("late"))  # appended between two pages
+    rest = get(sc, "p", pb.CONTEXT_VIEW_FULL, page_size=100, page_token=first.next_page_token)
+    assert ids(rest) == [f"m{i}" for i in range(8, 22)] and not rest.next_page_token
+    # A compaction between two pages: the token is stale, the client starts over.
+    first = get(sc, "p", pb.CONTEXT_VIEW_SLICE, page_size=5)
+    sc.contexts.Compact(pb.CompactRequest(context_id="p", keep_last=4))
+    with pytest.raises(grpc.RpcError) as err:
+        get(sc, "p", pb.CONTEXT_VIEW_SLICE, page_token=first.next_page_token)
+    assert err.value.code() == grpc.StatusCode.ABORTED
+    for bad in ("nonsense", first.next_page_token[:-3] + "abc"):
+        with pytest.raises(grpc.RpcError) as err:
+            get(sc, "p", pb.CONTEXT_VIEW_SLICE, page_token=bad)
+        assert err.value.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.ABORTED)
+    with pytest.raises(grpc.RpcError) as err:
+        get(sc, "p", pb.CONTEXT_VIEW_SLICE, page_size=-1)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_an_incremental_read_returns_just_the_turn(start_sidecar, store_uri_for, backend):
+    sc = start_sidecar(store_uri_for(backend))
+    for i in range(30):
+        append(sc, "inc", user(f"u{i}"), assistant(f"a{i}"))
+    held = get(sc, "inc")
+    assert held.change == pb.SLICE_CHANGE_UNSPECIFIED and len(held.slice) == 60
+    v = held.info.version
+    same = get(sc, "inc", since_version=v)
+    assert same.change == pb.SLICE_CHANGE_NONE and not same.slice
+
+    r = append(sc, "inc", user("next"), assistant("reply"))
+    delta = get(sc, "inc", since_version=v)
+    assert delta.change == pb.SLICE_CHANGE_APPEND
+    assert [m.id for m in delta.slice] == list(r.message_ids)
+    assert delta.info.version == r.version
+
+    # A plan change reshapes the slice (its plan block): rebuild.
+    sc.contexts.UpdatePlan(
+        pb.UpdatePlanRequest(
+            context_id="inc", create=pb.PlanCreate(goal="ship", items=[pb.PlanItemSpec(title="go")])
+        )
+    )
+    whole = get(sc, "inc", since_version=r.version)
+    assert whole.change == pb.SLICE_CHANGE_REPLACE and whole.slice[0].id == "plan"
+    v = whole.info.version
+    sc.contexts.Compact(pb.CompactRequest(context_id="inc", keep_last=4))
+    whole = get(sc, "inc", since_version=v)
+    assert whole.change == pb.SLICE_CHANGE_REPLACE
+    assert [m.id for m in whole.slice][:2] == ["summary", "plan"] and len(whole.slice) == 6
+    # A version the sidecar cannot relate to: rebuild too.
+    future = get(sc, "inc", since_version=whole.info.version + 5)
+    assert future.change == pb.SLICE_CHANGE_REPLACE
+
+
+@pytest.mark.parametrize("every", [3, 1000], ids=["sealed-first", "folded-before-sealing"])
+def test_compactions_are_recorded_and_expand_to_what_they_folded(
+    start_sidecar, store_uri_for, backend, every
+):
+    uri = store_uri_for(backend)
+    sc = start_sidecar(uri, contexts__checkpoint_every=every)
+    sent = []
+    for i in range(12):
+        text = f"turn {i} " + "w" * 300
+        sent.append(text)
+        append(sc, "arc", user(text), assistant("", (f"c{i}", "t")))
+        append(sc, "arc", tool(f"c{i}", "t", {"i": i}), assistant(f"done {i}"))
+    first = sc.contexts.Compact(pb.CompactRequest(context_id="arc", keep_last=8))
+    assert first.compacted and first.compaction.id == f"c{first.version}"
+    assert first.compaction.folded == first.folded and first.compaction.expandable
+    assert first.compaction.summariser == "extractive"
+    assert first.cache.tokens_saved > 0
+    assert first.cache.tokens_saved == first.tokens_before - first.tokens_after
+    for i in range(3):
+        append(sc, "arc", user(f"more {i}"), assistant(f"ok {i}"))
+    second = sc.contexts.Compact(pb.CompactRequest(context_id="arc", keep_last=4))
+    assert second.compacted
+
+    def expand(s, cid: str, comp: str) -> list[pb.Message]:
+        out, token = [], ""
+        while True:
+            r = s.contexts.ExpandCompaction(
+                pb.ExpandCompactionRequest(
+                    context_id=cid, compaction_id=comp, page_size=5, page_token=token
+                )
+            )
+            out.extend(r.messages)
+            token = r.next_page_token
+            if not token:
+                return out
+
+    records = get(sc, "arc", pb.CONTEXT_VIEW_FULL).context.compactions
+    assert [r.id for r in records] == [first.compaction.id, second.compaction.id]
+    folded = expand(sc, "arc", first.compaction.id)
+    assert [m.id for m in folded] == [f"m{i}" for i in range(1, first.folded + 1)]
+    assert [m.user.text for m in folded if m.WhichOneof("kind") == "user"] == sent[
+        : sum(1 for m in folded if m.WhichOneof("kind") == "user")
+    ]
+    assert json.loads(folded[2].tool.json) == {"i": 0}
+    # The archive survives a restart, and the second compaction expands too.
+    sc.stop()
+    again = start_sidecar(uri)
+    assert [m.id for m in expand(again, "arc", first.compaction.id)] == [m.id for m in folded]
+    later = expand(again, "arc", second.compaction.id)
+    assert later[0].id == f"m{first.folded + 1}" and len(later) == second.folded
+    with pytest.raises(grpc.RpcError) as err:
+        expand(again, "arc", "c999")
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_without_an_archive_expand_says_so(start_sidecar, store_uri_for):
+    sc = start_sidecar(store_uri_for("lmdb"), compaction__archive_ttl=0)
+    for i in range(6):
+        append(sc, "no", user(f"u{i}"), assistant(f"a{i}"))
+    r = sc.contexts.Compact(pb.CompactRequest(context_id="no", keep_last=2))
+    assert r.compacted and not r.compaction.expandable
+    with pytest.raises(grpc.RpcError) as err:
+        sc.contexts.ExpandCompaction(
+            pb.ExpandCompactionRequest(context_id="no", compaction_id=r.compaction.id)
+        )
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND and "archive_ttl" in err.value.details()
+
+
+def test_plan_compaction_previews_the_cache_effect(start_sidecar, store_uri_for):
+    sc = start_sidecar(store_uri_for("lmdb"))
+    for i in range(8):
+        append(sc, "cache", user(f"u{i} " + "q" * 400), assistant(f"a{i}"))
+    p = sc.contexts.PlanCompaction(pb.PlanCompactionRequest(context_id="cache", keep_last=4))
+    assert p.cache.tokens_saved > 0
+    # The summary block opens the new slice, so nothing of the old one stays a prefix.
+    assert p.cache.prefix_tokens_kept == 0
+    assert p.cache.tokens_rewritten + p.cache.tokens_saved == p.tokens_before
