@@ -7,6 +7,7 @@ domain runs, and is tested, without any metrics library.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 
@@ -21,3 +22,23 @@ class NullObserver:
 
     def compaction(self, trigger: str, result: str) -> None:
         pass
+
+
+class CompactionHooks(Protocol):
+    """Plugin code around compaction (wired from the plugin manager)."""
+
+    def redact(self, context_id: str, text: str) -> str:
+        """``text`` as it may leave for a summariser model."""
+
+    def compacted(self, context_id: str, compaction: object, kept: Sequence[object]) -> list[str]:
+        """Notes to append after a compaction committed."""
+
+
+class NoHooks:
+    """No plugin acts around compaction."""
+
+    def redact(self, context_id: str, text: str) -> str:
+        return text
+
+    def compacted(self, context_id: str, compaction: object, kept: Sequence[object]) -> list[str]:
+        return []

@@ -20,15 +20,16 @@ from sidecar.core.contexts.compaction import Compactor
 from sidecar.core.contexts.deletion import Deletion
 from sidecar.core.contexts.expiry import Expiry
 from sidecar.core.contexts.listing import Listing
+from sidecar.core.contexts.model import NOTE, Msg
 from sidecar.core.contexts.planning import Planning
 from sidecar.core.contexts.service import ContextService
 from sidecar.core.contexts.skillset import SkillSet
-from sidecar.core.contexts.turns import Turns
+from sidecar.core.contexts.turns import TurnRequest, Turns
 from sidecar.core.memory import Memory, MemoryBackend, StoreMemory
 from sidecar.core.prompt import PromptAssembler
 from sidecar.core.skills import SkillCatalogue
 from sidecar.core.storage import Storage
-from sidecar.plugins import open_store, summarisers
+from sidecar.plugins import PluginHooks, open_store, summarisers
 from sidecar.server.context_service import ContextServicer
 from sidecar.server.memory_service import MemoryServicer
 
@@ -95,12 +96,22 @@ async def build(config: Config, pm: pluggy.PluginManager) -> Domain:
     listing = Listing(contexts)
     deletion = Deletion(contexts)
     compactor = Compactor(
-        contexts, config, summarisers(config, pm), observer=metrics.PrometheusObserver()
+        contexts,
+        config,
+        summarisers(config, pm),
+        observer=metrics.PrometheusObserver(),
+        hooks=PluginHooks(pm),
     )
+    turns = Turns(contexts, skillset)
+
+    async def append_note(cid: str, text: str) -> None:
+        await turns.append(TurnRequest(cid, [Msg(NOTE, text=text)]))
+
+    compactor.append_note = append_note
     return Domain(
         storage=storage,
         contexts=contexts,
-        turns=Turns(contexts, skillset),
+        turns=turns,
         listing=listing,
         deletion=deletion,
         expiry=Expiry(contexts, listing, deletion),

@@ -33,6 +33,7 @@ import contextlib
 import hashlib
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -51,12 +52,13 @@ from sidecar.core.compaction import (
     skills_to_evict,
     summarise,
 )
+from sidecar.core.compaction.view import MessageData, ToolCallData
 from sidecar.core.contexts.archive import new_record
 from sidecar.core.contexts.model import ContextState, Msg
 from sidecar.core.contexts.service import ContextService
 from sidecar.core.contexts.tokens import MESSAGE_OVERHEAD, estimate_text
 from sidecar.core.errors import Conflict, CtxdError, InvalidArgument
-from sidecar.core.observe import CompactionObserver, NullObserver
+from sidecar.core.observe import CompactionHooks, CompactionObserver, NoHooks, NullObserver
 
 log = logging.getLogger(__name__)
 
@@ -206,12 +208,17 @@ class Compactor:
         summarisers: dict[str, Any],
         *,
         observer: CompactionObserver | None = None,
+        hooks: CompactionHooks | None = None,
     ) -> None:
         self.service = service
         self.contexts_cfg = config.contexts
         self.cfg = config.compaction
         self.summarisers = summarisers
         self.observer: CompactionObserver = observer or NullObserver()
+        self.hooks: CompactionHooks = hooks or NoHooks()
+        #: Appends a note message to a context (set by the composition root);
+        #: used for the notes plugins return after a compaction.
+        self.append_note: Callable[[str, str], Awaitable[object]] | None = None
 
     async def stop(self) -> None:
         """Close the summarisers (their HTTP clients)."""
@@ -270,7 +277,9 @@ class Compactor:
             fold_count=len(folded),
             fold_through_id=cut.fold_through_id,
             system_prompt=build_system_prompt(),
-            excerpt=build_excerpt(folded, previous, clip_chars=self.cfg.clip_chars),
+            excerpt=build_excerpt(
+                self._redacted(st.id, folded), previous, clip_chars=self.cfg.clip_chars
+            ),
             answer_schema_json=ANSWER_SCHEMA_JSON,
             tokens_before=st.est_tokens,
             cache=cache_effect(st, estimate, len(folded)),
@@ -330,7 +339,7 @@ class Compactor:
                 cap=self.cfg.list_cap,
                 narrative_max_chars=self.cfg.narrative_max_chars,
                 now_ms=self.service.now(),
-                folded=msgs[:n],
+                folded=self._redacted(st.id, msgs[:n]),
                 ledger_cap=LedgerCap(self.cfg.ledger_max_items, self.cfg.ledger_max_bytes),
             )
             plan_text = [st.plan.render()] if st.plan is not None else []
@@ -364,17 +373,61 @@ class Compactor:
             }
 
         st, _ = await self.service.change(context_id, build, event="compaction")
-        after = st.est_tokens
-        return ApplyResult(
+        # Copied before awaiting: the record is the live object.
+        record = dict(st.compactions[-1]) if st.compactions else None
+        result = ApplyResult(
             version=st.version,
             folded=out["folded"],
             tokens_before=out["before"],
-            tokens_after=after,
+            tokens_after=st.est_tokens,
             summary=Summary.from_dict(st.summary.to_dict()),
             evicted_skills=list(out["evict"]),
             cache=out["cache"],
-            record=dict(st.compactions[-1]) if st.compactions else None,
+            record=record,
         )
+        if record is not None:
+            await self._after_compaction(context_id, record, list(st.messages))
+        return result
+
+    def _redacted(self, context_id: str, msgs: list[Msg]) -> list:
+        """The messages as they may leave ctxd for a summariser model."""
+        if isinstance(self.hooks, NoHooks):
+            return msgs
+
+        def r(text: str) -> str:
+            return self.hooks.redact(context_id, text) if text else text
+
+        return [
+            MessageData(
+                m.kind,
+                m.id,
+                text=r(m.text),
+                tool_calls=tuple(
+                    ToolCallData(c.id, c.name, r(c.arguments_json)) for c in m.tool_calls
+                ),
+                call_id=m.call_id,
+                name=m.name,
+                content=r(m.content),
+                is_error=m.is_error,
+                principal=m.principal,
+                tokens=m.tokens,
+                seq=m.seq,
+            )
+            for m in msgs
+        ]
+
+    async def _after_compaction(self, cid: str, record: dict, kept: list[Msg]) -> None:
+        """Plugins act on the committed compaction; nothing they do can undo it."""
+        notes = self.hooks.compacted(cid, self.service.compaction_info(record), kept)
+        for note in notes:
+            if self.append_note is None:
+                break
+            try:
+                await self.append_note(cid, note)
+            except CtxdError as exc:
+                log.warning(
+                    "compaction note not appended", extra={"context": cid, "error": str(exc)}
+                )
 
     def _abandoned(self, msgs: list[Msg], n: int) -> list:
         """The calls without a result this fold takes (only abandoned ones can be)."""
@@ -423,7 +476,7 @@ class Compactor:
         try:
             done = await summarise(
                 plugin,
-                folded,
+                self._redacted(context_id, folded),
                 previous,
                 instructions=instructions,
                 clip_chars=self.cfg.clip_chars,
