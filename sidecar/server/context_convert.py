@@ -214,6 +214,25 @@ def context_meta_pb(st: ContextState) -> pb.Context:
     )
 
 
+def slice_blocks_pb(st: ContextState) -> list[pb.Message]:
+    """The summary block and the plan block, as the slice's leading system messages."""
+    out = []
+    summary = st.summary.render()
+    if summary:
+        out.append(
+            pb.Message(
+                id="summary", ts_ms=st.summary.updated_ms, system=pb.SystemMessage(text=summary)
+            )
+        )
+    if st.plan is not None:
+        out.append(
+            pb.Message(
+                id="plan", ts_ms=st.plan.updated_ms, system=pb.SystemMessage(text=st.plan.render())
+            )
+        )
+    return out
+
+
 def fill_slice_pb(out, st: ContextState, page=None) -> None:
     """Summary block, plan block (system messages, leading the first page),
     then the transcript (``page``'s messages when paged), appended to the

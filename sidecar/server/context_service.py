@@ -19,22 +19,23 @@ from sidecar.core.contexts.service import ContextService
 from sidecar.core.contexts.skillset import SkillSet
 from sidecar.core.contexts.turns import TurnRequest, Turns
 from sidecar.core.errors import InvalidArgument
+from sidecar.server import wire
 from sidecar.server.context_convert import (
     KIND_FROM_PB,
     OUTCOME_FROM_PB,
     applied_pb,
     binding_from_pb,
     cache_pb,
+    context_meta_pb,
     event_pb,
     expected_version,
-    fill_context_pb,
     fill_msg_pb,
-    fill_slice_pb,
     info_to_pb,
     msg_from_pb,
     plan_edit_from_pb,
     plan_or_none_pb,
     record_pb,
+    slice_blocks_pb,
     summary_to_pb,
 )
 
@@ -118,11 +119,13 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
         page = views.read(st, view, size=request.page_size, token=request.page_token, since=since)
         resp.next_page_token = page.next_token
         resp.change = _CHANGE[page.change]
+        # Assembled from each message's encoded bytes (see sidecar.server.wire).
         if view == views.FULL:
-            fill_context_pb(resp.context, st, page, self.contexts.compactions(st))
-        else:
-            fill_slice_pb(resp.slice, st, page)
-        return resp
+            meta = context_meta_pb(st)
+            meta.compactions.extend(record_pb(r) for r in self.contexts.compactions(st))
+            return wire.full_reply(resp, meta, page.messages)
+        blocks = slice_blocks_pb(st) if page.first else []
+        return wire.slice_reply(resp, blocks, page.messages)
 
     async def ListContexts(
         self, request: pb.ListContextsRequest, context

@@ -79,6 +79,11 @@ class Msg:
     tokens: int = -1
     #: The context version whose change appended it (incremental reads).
     ver: int = 0
+    #: Its encoded form in replies, kept by the first read that encodes it
+    #: (messages never change once appended; see sidecar.server.wire).
+    wire: bytes | None = field(default=None, repr=False, compare=False)
+    #: ``size_bytes``, computed once.
+    nbytes: int = field(default=-1, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.tokens < 0:
@@ -91,9 +96,12 @@ class Msg:
     @property
     def size_bytes(self) -> int:
         """Bytes of text/JSON the message carries (the max_message_bytes measure)."""
-        n = len(self.text.encode()) + len(self.content.encode())
-        for c in self.tool_calls:
-            n += len(c.arguments_json.encode()) + len(c.name.encode()) + len(c.id.encode())
+        n = self.nbytes
+        if n < 0:
+            n = len(self.text.encode()) + len(self.content.encode())
+            for c in self.tool_calls:
+                n += len(c.arguments_json.encode()) + len(c.name.encode()) + len(c.id.encode())
+            self.nbytes = n
         return n
 
     @property
