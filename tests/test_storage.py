@@ -323,6 +323,70 @@ async def test_a_stale_version_on_a_real_store_is_a_conflict(storage_for):
     assert (await storage.get("k")).value == b"two"
 
 
+# -- observing store calls ------------------------------------------------------------------
+class RecordingObserver:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, str | None]] = []
+
+    def store_op(self, backend, op, seconds, error_kind):
+        assert seconds >= 0
+        self.calls.append((backend, op, error_kind))
+
+
+async def test_every_store_call_is_reported_to_the_observer(storage_for):
+    observer = RecordingObserver()
+    storage = storage_for(LimitedStore({LIST, DELETE, CAS}), observer=observer)
+    version = await storage.put("k", b"v")
+    await storage.get("k")
+    await storage.list("")
+    with pytest.raises(Conflict):
+        await storage.put("k", b"w", if_version=version + "stale")
+    await storage.delete("k")
+    assert observer.calls == [
+        ("limited", "put", None),
+        ("limited", "get", None),
+        ("limited", "list", None),
+        ("limited", "put", None),  # a lost race is an answer, not a store failure
+        ("limited", "delete", None),
+    ]
+
+
+@pytest.mark.parametrize(
+    "error, kind",
+    [
+        (StoreFull("full"), "full"),
+        (StoreUnavailable("down"), "unavailable"),
+        (StoreError("odd"), "error"),
+    ],
+)
+async def test_store_failures_reach_the_observer_by_kind(storage_for, error, kind):
+    observer = RecordingObserver()
+    storage = storage_for(FailingStore(error, inline_reads=False), observer=observer)
+    with pytest.raises((LimitExceeded, Unavailable)):
+        await storage.put("k", b"v")
+    with pytest.raises(Unavailable if kind != "full" else LimitExceeded):
+        await storage.get("k")
+    assert observer.calls == [("failing", "put", kind), ("failing", "get", kind)]
+
+
+async def test_the_prometheus_observer_keeps_the_store_metric_names(storage_for):
+    from prometheus_client import REGISTRY
+
+    from sidecar import metrics
+
+    def sample(name, **labels):
+        return REGISTRY.get_sample_value(name, labels) or 0
+
+    failing = FailingStore(StoreUnavailable("down"), inline_reads=False)
+    failing.name = "failing-prom"
+    storage = storage_for(failing, observer=metrics.PrometheusObserver())
+    with pytest.raises(Unavailable):
+        await storage.put("k", b"v")
+    labels = {"backend": "failing-prom", "op": "put"}
+    assert sample("ctxd_store_operation_seconds_count", **labels) == 1
+    assert sample("ctxd_store_errors_total", **labels, kind="unavailable") == 1
+
+
 # -- LMDB failure modes ---------------------------------------------------------------------
 async def test_lmdb_map_full_is_a_clear_limit_and_the_store_keeps_working(tmp_path, storage_for):
     storage = storage_for(open_store(f"lmdb://{tmp_path / 'tiny'}?map_size=1MiB"))

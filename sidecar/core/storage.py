@@ -9,7 +9,8 @@ Domain code never talks to a :class:`sidecar.store.Store` directly. It uses a
 * runs blocking store calls in worker threads (or inline for stores that
   declare ``inline_reads``), so the event loop never waits on disk or network;
 * serves DELETE with tombstones on stores that cannot delete;
-* turns store errors into domain errors.
+* turns store errors into domain errors;
+* reports every store call to a :class:`~sidecar.core.observe.StoreObserver`.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from sidecar import metrics
 from sidecar.core.errors import Conflict, InvalidArgument, LimitExceeded, Unavailable
+from sidecar.core.observe import NullObserver, StoreObserver
 from sidecar.store import (
     Capability,
     Item,
@@ -47,12 +48,14 @@ class Storage:
         prefix: str = "ctxd",
         instance: str = "default",
         workers: int = 16,
+        observer: StoreObserver | None = None,
     ) -> None:
         if not instance or "/" in instance:
             # Instance "a" would otherwise list every key of instance "a/b".
             raise ValueError("instance must be a non-empty name without '/'")
         self.store = store
         self.namespace = f"{prefix.strip('/')}/{instance}/" if prefix.strip("/") else f"{instance}/"
+        self.observer = observer or NullObserver()
         self.capabilities = store.capabilities
         self.can_list = Capability.LIST in store.capabilities
         self.can_delete = Capability.DELETE in store.capabilities
@@ -91,6 +94,7 @@ class Storage:
         loop = asyncio.get_running_loop()
         op = getattr(fn, "__name__", "call")
         started = time.perf_counter()
+        error: str | None = None
         try:
             submit = self._async_writes.get(fn)
             if submit is not None:
@@ -101,19 +105,16 @@ class Storage:
         except PreconditionFailed:
             raise Conflict("the record changed since it was read; re-read and retry") from None
         except StoreFull as exc:
-            self._error(op, "full")
+            error = "full"
             raise LimitExceeded("store_capacity", 0, str(exc)) from None
         except StoreUnavailable as exc:
-            self._error(op, "unavailable")
+            error = "unavailable"
             raise Unavailable(f"store unavailable: {exc}") from None
         except StoreError as exc:
-            self._error(op, "error")
+            error = "error"
             raise Unavailable(f"store error: {exc}") from None
         finally:
-            metrics.STORE_LATENCY.labels(self.backend, op).observe(time.perf_counter() - started)
-
-    def _error(self, op: str, kind: str) -> None:
-        metrics.STORE_ERRORS.labels(self.backend, op, kind).inc()
+            self.observer.store_op(self.backend, op, time.perf_counter() - started, error)
 
     async def get(self, key: str) -> Item | None:
         return await self._get_full(self.full_key(key))
