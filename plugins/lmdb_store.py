@@ -28,7 +28,6 @@ from urllib.parse import unquote, urlsplit
 
 import lmdb
 
-from plugins.memory_store import content_version
 from sidecar.hookspecs import hookimpl
 from sidecar.store import (
     Capability,
@@ -37,6 +36,8 @@ from sidecar.store import (
     Store,
     StoreError,
     StoreFull,
+    check_precondition,
+    content_version,
 )
 
 DEFAULT_MAP_SIZE = 64 << 30
@@ -52,9 +53,15 @@ def parse_size(text: str) -> int:
 
 class LmdbStore(Store):
     name = "lmdb"
-    capabilities = frozenset({Capability.LIST, Capability.DELETE, Capability.CONDITIONAL_PUT})
-    inline_reads = True
-    async_writes = True
+    capabilities = frozenset(
+        {
+            Capability.LIST,
+            Capability.DELETE,
+            Capability.CONDITIONAL_PUT,
+            Capability.INLINE_READS,
+            Capability.ASYNC_WRITES,
+        }
+    )
     max_key_bytes = 511  # LMDB's compiled-in MDB_MAXKEYSIZE
     #: Most writes applied in one group-committed transaction.
     max_batch = 256
@@ -84,8 +91,7 @@ class LmdbStore(Store):
     # -- reads --------------------------------------------------------------
     def get(self, key: str) -> Item | None:
         with self.env.begin(buffers=False) as txn:
-            value = txn.get(key.encode())
-        return None if value is None else Item(value, content_version(value))
+            return _item(txn.get(key.encode()))
 
     def list(self, prefix, *, start_after="", limit=None) -> list[str]:
         bprefix, bafter = prefix.encode(), start_after.encode()
@@ -207,22 +213,19 @@ class LmdbStore(Store):
 
 def _put(txn, key: bytes, value: bytes, if_version: str | None, if_absent: bool) -> str:
     if if_absent or if_version is not None:
-        _check(txn.get(key), if_version, if_absent)
+        check_precondition(_item(txn.get(key)), if_version, if_absent)
     txn.put(key, value)
     return content_version(value)
 
 
 def _delete(txn, key: bytes, if_version: str | None) -> None:
     if if_version is not None:
-        _check(txn.get(key), if_version, False)
+        check_precondition(_item(txn.get(key)), if_version, False)
     txn.delete(key)
 
 
-def _check(current: bytes | None, if_version: str | None, if_absent: bool) -> None:
-    if if_absent and current is not None:
-        raise PreconditionFailed("key already exists")
-    if if_version is not None and (current is None or content_version(current) != if_version):
-        raise PreconditionFailed("version does not match")
+def _item(value: bytes | None) -> Item | None:
+    return None if value is None else Item(value, content_version(value))
 
 
 @hookimpl

@@ -75,7 +75,8 @@ class FailingStore(Store):
 
     def __init__(self, error: StoreError, inline_reads: bool) -> None:
         self.error = error
-        self.inline_reads = inline_reads
+        if inline_reads:
+            self.capabilities = FailingStore.capabilities | {Capability.INLINE_READS}
 
     def get(self, key):
         raise self.error
@@ -385,6 +386,37 @@ async def test_the_prometheus_observer_keeps_the_store_metric_names(storage_for)
     labels = {"backend": "failing-prom", "op": "put"}
     assert sample("ctxd_store_operation_seconds_count", **labels) == 1
     assert sample("ctxd_store_errors_total", **labels, kind="unavailable") == 1
+
+
+# -- declaring capabilities ----------------------------------------------------------------
+def test_the_old_capability_flags_still_work_with_a_deprecation_warning():
+    with pytest.warns(DeprecationWarning) as warned:
+
+        class OldStyleStore(MemoryStore):
+            capabilities = frozenset({LIST, DELETE, CAS})
+            inline_reads = True
+            async_writes = False
+
+    assert [str(w.message).split(" is ")[0] for w in warned] == [
+        "OldStyleStore.inline_reads",
+        "OldStyleStore.async_writes",
+    ]
+    assert all(w.filename == __file__ for w in warned)
+    storage = Storage(OldStyleStore())
+    assert storage.inline_reads
+    assert Capability.INLINE_READS in storage.capabilities
+    assert Capability.ASYNC_WRITES not in storage.capabilities
+    assert not Storage(LimitedStore({LIST})).inline_reads
+
+
+async def test_async_writes_are_awaited_on_the_stores_own_thread(tmp_path, storage_for):
+    store = LmdbStore(str(tmp_path / "lmdb"), map_size=64 << 20)
+    storage = storage_for(store)
+    assert storage.inline_reads and storage._async_writes
+    version = await storage.put("k", b"v")
+    assert (await storage.get("k")).version == version
+    await storage.delete("k", if_version=version)
+    assert await storage.get("k") is None
 
 
 # -- LMDB failure modes ---------------------------------------------------------------------
