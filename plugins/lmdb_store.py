@@ -28,7 +28,6 @@ from urllib.parse import unquote, urlsplit
 
 import lmdb
 
-from sidecar.hookspecs import hookimpl
 from sidecar.store import (
     Capability,
     Item,
@@ -39,6 +38,7 @@ from sidecar.store import (
     check_precondition,
     content_version,
 )
+from sidecar.storeplugin import store_hooks
 
 DEFAULT_MAP_SIZE = 64 << 30
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -228,18 +228,13 @@ def _item(value: bytes | None) -> Item | None:
     return None if value is None else Item(value, content_version(value))
 
 
-@hookimpl
-def ctxd_store_schemes() -> list[str]:
-    return ["lmdb"]
-
-
-@hookimpl
-def ctxd_open_store(scheme: str, uri: str, options: Mapping[str, str]) -> Store | None:
-    if scheme != "lmdb":
-        return None
+def _open(uri: str, options: Mapping[str, str]) -> LmdbStore:
     parts = urlsplit(uri)
     path = unquote(parts.netloc + parts.path)
     if not path:
         raise ValueError("lmdb store URI needs a path, e.g. lmdb:///var/lib/ctxd")
     map_size = parse_size(options["map_size"]) if "map_size" in options else DEFAULT_MAP_SIZE
     return LmdbStore(path, map_size=map_size)
+
+
+ctxd_store_schemes, ctxd_open_store = store_hooks("lmdb", _open)

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Mapping
 
-from sidecar.hookspecs import hookimpl
 from sidecar.store import Capability, Item, Store, check_precondition, content_version
+from sidecar.storeplugin import store_hooks
 
 
 class MemoryStore(Store):
@@ -59,13 +58,4 @@ class MemoryStore(Store):
             return out
 
 
-@hookimpl
-def ctxd_store_schemes() -> list[str]:
-    return ["memory"]
-
-
-@hookimpl
-def ctxd_open_store(scheme: str, uri: str, options: Mapping[str, str]) -> Store | None:
-    if scheme != "memory":
-        return None
-    return MemoryStore()
+ctxd_store_schemes, ctxd_open_store = store_hooks("memory", lambda uri, options: MemoryStore())

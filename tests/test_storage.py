@@ -419,6 +419,29 @@ async def test_async_writes_are_awaited_on_the_stores_own_thread(tmp_path, stora
     assert await storage.get("k") is None
 
 
+def test_store_hooks_serve_one_scheme_through_pluggy():
+    import pluggy
+
+    from sidecar import hookspecs
+    from sidecar.storeplugin import store_hooks
+
+    opened = []
+
+    def factory(uri, options):
+        opened.append((uri, dict(options)))
+        return MemoryStore()
+
+    hooks = store_hooks("Mine", factory)
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    pm.register(hooks, name="mine")
+    assert pm.hook.ctxd_store_schemes() == [["mine"]]
+    assert pm.hook.ctxd_open_store(scheme="other", uri="other://x", options={}) is None
+    store = pm.hook.ctxd_open_store(scheme="mine", uri="mine://x?a=1", options={"a": "1"})
+    assert isinstance(store, MemoryStore)
+    assert opened == [("mine://x?a=1", {"a": "1"})]
+
+
 # -- LMDB failure modes ---------------------------------------------------------------------
 async def test_lmdb_map_full_is_a_clear_limit_and_the_store_keeps_working(tmp_path, storage_for):
     storage = storage_for(open_store(f"lmdb://{tmp_path / 'tiny'}?map_size=1MiB"))
