@@ -7,11 +7,13 @@ backends that cannot enumerate) lives in the sidecar, so a plugin author
 writes only what their backend does.
 
 Methods are synchronous and may block; the sidecar calls them from worker
-threads (or inline for backends that declare :attr:`Capability.INLINE_READS`). Keys are
-arbitrary non-empty UTF-8 strings already namespaced by the sidecar; values
-are bytes (possibly empty). :mod:`sidecar.testing.store_conformance` checks
+threads (or inline for backends that declare :attr:`Capability.INLINE_READS`).
+Keys are arbitrary non-empty UTF-8 strings already namespaced by the sidecar;
+values are bytes (possibly empty). :mod:`sidecar.testing.store_conformance` checks
 a backend against this contract; ``examples/store-plugin`` is a complete
-third-party plugin.
+third-party plugin. A plugin module makes its two hooks with
+:func:`sidecar.storeplugin.store_hooks`, and backends that compare and set
+themselves share :func:`check_precondition` and :func:`content_version`.
 """
 
 from __future__ import annotations
