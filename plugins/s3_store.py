@@ -22,7 +22,6 @@ import boto3
 import botocore.config
 import botocore.exceptions
 
-from sidecar.hookspecs import hookimpl
 from sidecar.store import (
     Capability,
     Item,
@@ -31,6 +30,7 @@ from sidecar.store import (
     StoreError,
     StoreUnavailable,
 )
+from sidecar.storeplugin import store_hooks
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -221,15 +221,7 @@ def _number(options: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
-@hookimpl
-def ctxd_store_schemes() -> list[str]:
-    return ["s3"]
-
-
-@hookimpl
-def ctxd_open_store(scheme: str, uri: str, options: Mapping[str, str]) -> Store | None:
-    if scheme != "s3":
-        return None
+def _open(uri: str, options: Mapping[str, str]) -> S3Store:
     parts = urlsplit(uri)
     if not parts.netloc:
         raise ValueError("s3 store URI needs a bucket, e.g. s3://my-bucket/ctxd")
@@ -245,3 +237,6 @@ def ctxd_open_store(scheme: str, uri: str, options: Mapping[str, str]) -> Store 
         max_attempts=int(_number(options, "max_attempts", 4)),
         profile=options.get("profile") or None,
     )
+
+
+ctxd_store_schemes, ctxd_open_store = store_hooks("s3", _open)
