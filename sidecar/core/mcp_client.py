@@ -267,10 +267,19 @@ class McpSession:
 class OnDemandConnection:
     """A session opened when first needed and reopened by the next call after it broke."""
 
-    def __init__(self, target: McpTarget, *, label: str, start_timeout: float) -> None:
+    def __init__(
+        self,
+        target: McpTarget,
+        *,
+        label: str,
+        start_timeout: float,
+        on_open: Callable[[McpSession], None] | None = None,
+    ) -> None:
         self.target = target
         self.label = label
+        #: Seconds a server gets to start and answer ``initialize``.
         self.start_timeout = start_timeout
+        self._on_open = on_open
         self._session: McpSession | None = None
         self._lock = asyncio.Lock()
 
@@ -287,6 +296,8 @@ class OnDemandConnection:
                     self.target, timeout=self.start_timeout, label=self.label
                 )
                 self._session = session
+                if self._on_open is not None:
+                    self._on_open(session)
             return session
 
     async def close(self) -> None:

@@ -39,7 +39,13 @@ frozen prompt prefix at once.
 """
 
 from sidecar.core.skills.cache import BodyCache, body_hash, cap_body
-from sidecar.core.skills.catalogue import SkillCatalogue
+from sidecar.core.skills.catalogue import (
+    LoadResult,
+    PreloadResult,
+    ResolvedSkill,
+    SkillBody,
+    SkillCatalogue,
+)
 from sidecar.core.skills.frontmatter import (
     MAX_DESCRIPTION_CHARS,
     REFERENCE_PREFIX,
@@ -48,16 +54,7 @@ from sidecar.core.skills.frontmatter import (
     split_description,
 )
 from sidecar.core.skills.link import SKILL_MIME, SKILL_SCHEME, ServerLink, classify_resource
-from sidecar.core.skills.model import (
-    LoadResult,
-    PreloadResult,
-    ResolvedSkill,
-    SkillBody,
-    SkillInfo,
-    SkillRef,
-    refs_from_list,
-    refs_to_list,
-)
+from sidecar.core.skills.model import SkillInfo, SkillRef, refs_from_list, refs_to_list
 
 __all__ = [
     "MAX_DESCRIPTION_CHARS",

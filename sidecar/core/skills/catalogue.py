@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from sidecar.config import SkillsConfig
@@ -19,16 +20,62 @@ from sidecar.core.errors import (
 from sidecar.core.skills.cache import BodyCache, body_hash, cap_body
 from sidecar.core.skills.frontmatter import find_references
 from sidecar.core.skills.link import ServerLink
-from sidecar.core.skills.model import (
-    LoadResult,
-    PreloadResult,
-    ResolvedSkill,
-    SkillBody,
-    SkillInfo,
-    SkillRef,
-)
+from sidecar.core.skills.model import SkillInfo, SkillRef
 
 log = logging.getLogger(__name__)
+
+
+# -- results ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SkillBody:
+    name: str
+    text: str
+    hash: str
+    truncated: bool
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    #: The context's loaded set after the load.
+    refs: list[SkillRef]
+    ref: SkillRef
+    truncated: bool
+    #: The name was already loaded with a different hash (the skill changed).
+    changed: bool
+
+
+@dataclass(frozen=True)
+class PreloadResult:
+    #: The context's loaded set afterwards (unchanged when nothing was loaded).
+    refs: list[SkillRef]
+    #: Skills loaded (or re-loaded with a new hash) by this call.
+    loaded: list[SkillRef]
+    #: Referenced names that are not in the catalogue.
+    unknown: list[str]
+    #: Referenced names that could not be loaded now -> why (server down, cap...).
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ResolvedSkill:
+    """A loaded skill ready for the prompt."""
+
+    name: str
+    #: The hash the context loaded.
+    hash: str
+    #: The body to show; None when it is not cached and its server did not answer.
+    text: str | None
+    #: The hash the server serves now, when known.
+    current_hash: str | None
+
+    @property
+    def changed(self) -> bool:
+        return self.current_hash is not None and self.current_hash != self.hash
+
+
+# -- the catalogue --------------------------------------------------------------------------
 
 
 class SkillCatalogue:

@@ -1,4 +1,4 @@
-"""The skills domain types: catalogue entries, bodies, a context's loaded set.
+"""The skills domain types: catalogue entries and a context's loaded set.
 
 :class:`SkillRef` is the one definition of a loaded skill; contexts store
 their loaded set as a list of them.
@@ -7,7 +7,7 @@ their loaded set as a list of them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 # -- state kept in the context record -------------------------------------------------------
@@ -71,50 +71,3 @@ class SkillInfo:
 
     def signature(self) -> tuple[str, ...]:
         return (self.name, self.description, self.when_to_use, self.server, self.kind, self.locator)
-
-
-@dataclass(frozen=True)
-class SkillBody:
-    name: str
-    text: str
-    hash: str
-    truncated: bool
-
-
-@dataclass(frozen=True)
-class LoadResult:
-    #: The context's loaded set after the load.
-    refs: list[SkillRef]
-    ref: SkillRef
-    truncated: bool
-    #: The name was already loaded with a different hash (the skill changed).
-    changed: bool
-
-
-@dataclass(frozen=True)
-class PreloadResult:
-    #: The context's loaded set afterwards (unchanged when nothing was loaded).
-    refs: list[SkillRef]
-    #: Skills loaded (or re-loaded with a new hash) by this call.
-    loaded: list[SkillRef]
-    #: Referenced names that are not in the catalogue.
-    unknown: list[str]
-    #: Referenced names that could not be loaded now -> why (server down, cap...).
-    failed: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class ResolvedSkill:
-    """A loaded skill ready for the prompt."""
-
-    name: str
-    #: The hash the context loaded.
-    hash: str
-    #: The body to show; None when it is not cached and its server did not answer.
-    text: str | None
-    #: The hash the server serves now, when known.
-    current_hash: str | None
-
-    @property
-    def changed(self) -> bool:
-        return self.current_hash is not None and self.current_hash != self.hash
