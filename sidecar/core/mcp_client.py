@@ -190,10 +190,11 @@ class McpSession:
             if isinstance(exc, asyncio.CancelledError):
                 raise
         finally:
+            opened = self._session is not None
             self._session = None
             if not ready.done():
                 ready.set_exception(SessionLost("the MCP server ended the session"))
-            elif not self._closing.is_set() and self._on_lost is not None:
+            elif opened and not self._closing.is_set() and self._on_lost is not None:
                 self._on_lost()
 
     async def _abort(self) -> None:
