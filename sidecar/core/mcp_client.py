@@ -307,11 +307,25 @@ class OnDemandConnection:
             await session.close()
 
 
+@dataclass(frozen=True, slots=True)
+class KeepPolicy:
+    """How a :class:`SessionKeeper` paces itself (all in seconds)."""
+
+    #: Starting the server and ``initialize``.
+    connect_timeout: float
+    #: One call (a ping, one page of a listing).
+    call_timeout: float
+    #: Between refreshes; 0: only when poked.
+    refresh_interval: float = 0.0
+    #: Longest wait between reconnect attempts.
+    max_backoff: float = 30.0
+
+
 class SessionKeeper:
     """A session kept open by a background task.
 
-    The task connects (bounded by ``connect_timeout``), calls ``on_session``,
-    then every ``refresh_interval`` (0: only when poked) calls it again; a call
+    The task connects (bounded by the policy's ``connect_timeout``), calls
+    ``on_session``, then every ``refresh_interval`` calls it again; a call
     that failed (:meth:`suspect`) makes it ping the server first. On any
     failure it closes the session, reports ``on_down(error, retry_in)`` and
     reconnects after an exponential back-off up to ``max_backoff``; on stop it
@@ -323,19 +337,13 @@ class SessionKeeper:
         target: McpTarget,
         *,
         label: str,
-        connect_timeout: float,
-        call_timeout: float,
-        refresh_interval: float,
-        max_backoff: float,
+        policy: KeepPolicy,
         on_session: Callable[[McpSession], Awaitable[None]],
         on_down: Callable[[str, float | None], None],
     ) -> None:
         self.target = target
         self.label = label
-        self.connect_timeout = connect_timeout
-        self.call_timeout = call_timeout
-        self.refresh_interval = refresh_interval
-        self.max_backoff = max_backoff
+        self.policy = policy
         #: The open session (None while connecting or down).
         self.session: McpSession | None = None
         self._on_session = on_session
@@ -396,7 +404,7 @@ class SessionKeeper:
             try:
                 session = await McpSession.open(
                     self.target,
-                    timeout=self.connect_timeout,
+                    timeout=self.policy.connect_timeout,
                     label=self.label,
                     on_lost=self._wake.set,
                 )
@@ -407,11 +415,11 @@ class SessionKeeper:
                     self._settle(batch)
                     backoff = INITIAL_BACKOFF
                     while True:
-                        await self._idle(self.refresh_interval or None)
+                        await self._idle(self.policy.refresh_interval or None)
                         batch = self._take_waiters()
                         session.raise_if_lost()
                         if self._suspect:
-                            await session.ping(self.call_timeout)
+                            await session.ping(self.policy.call_timeout)
                         await self._on_session(session)
                         self._settle(batch)
                 finally:
@@ -425,7 +433,7 @@ class SessionKeeper:
                 self._on_down(describe_error(exc), backoff)
             self._settle(batch)
             await self._idle(backoff)
-            backoff = min(backoff * 2, self.max_backoff)
+            backoff = min(backoff * 2, self.policy.max_backoff)
 
     async def _idle(self, seconds: float | None) -> None:
         """Wait ``seconds`` (None: until woken), or less when poked or a call failed."""

@@ -14,7 +14,13 @@ from typing import Any
 
 from sidecar.config import McpServerSpec, SkillsConfig
 from sidecar.core.errors import Unavailable
-from sidecar.core.mcp_client import McpSession, McpTarget, SessionKeeper, describe_error
+from sidecar.core.mcp_client import (
+    KeepPolicy,
+    McpSession,
+    McpTarget,
+    SessionKeeper,
+    describe_error,
+)
 from sidecar.core.skills.frontmatter import one_line, parse_front_matter, split_description
 from sidecar.core.skills.model import SkillInfo
 
@@ -83,10 +89,12 @@ class ServerLink:
         self.keeper = SessionKeeper(
             McpTarget(command=tuple(spec.command), url=spec.url),
             label=f"skills-{spec.name}",
-            connect_timeout=config.connect_timeout,
-            call_timeout=config.call_timeout,
-            refresh_interval=config.refresh_interval,
-            max_backoff=config.max_backoff,
+            policy=KeepPolicy(
+                config.connect_timeout,
+                config.call_timeout,
+                config.refresh_interval,
+                config.max_backoff,
+            ),
             on_session=self._discover,
             on_down=self._set_down,
         )
