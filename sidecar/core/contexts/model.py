@@ -25,6 +25,7 @@ from sidecar.core.contexts.tokens import (
     estimate_text,
 )
 from sidecar.core.plan import Plan
+from sidecar.core.skills.model import SkillRef
 
 ROOT_ID = "root"
 #: Context kinds.
@@ -180,15 +181,6 @@ def estimate_message(m: Msg) -> int:
         for c in m.tool_calls:
             body += estimate_text(c.name) + estimate_text(c.arguments_json)
     return body + MESSAGE_OVERHEAD
-
-
-# -- skills ---------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class SkillRef:
-    """A loaded skill: its name and the SHA-256 of the body that was loaded."""
-
-    name: str
-    hash: str
 
 
 # -- the record ---------------------------------------------------------------------------------
