@@ -322,8 +322,21 @@ def _memory_list(client: Client, args) -> int:
 
 
 # -- watch ------------------------------------------------------------------------------
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def _watch(client: Client, args) -> int:
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    """Until the stream ends or Ctrl-C/SIGTERM, which is a normal end (exit 0)."""
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        _print_events(client, args)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _print_events(client: Client, args) -> None:
     for ev in client.watch(args.context):
         if args.json:
             render.emit_json(render.as_dict(ev))
@@ -335,7 +348,6 @@ def _watch(client: Client, args) -> int:
         if ev.detail:
             extra += f" {ev.detail}"
         print(f"{render.when(ev.ts_ms)} {ev.context_id} v{ev.version} {kind}{extra}", flush=True)
-    return 0
 
 
 HANDLERS = {

@@ -40,12 +40,14 @@ from google.protobuf import json_format
 from sidecar.admin.client import Client
 from sidecar.admin.connect import AdminError
 from sidecar.api.ctxd.v1 import context_pb2 as pb
-from sidecar.core.contexts.turns import MAX_MODEL_WINDOW
 
 FORMAT = 1
 #: Messages per AppendTurn on import (the server's default cap is 256).
 TURN = 200
 PLACEHOLDER = "folded before export"
+#: The largest model_window AppendTurn accepts (sidecar.core.contexts.turns;
+#: not imported, to keep the client light).
+MAX_MODEL_WINDOW = 100_000_000
 
 
 def _dict(msg) -> dict:
