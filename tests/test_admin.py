@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.api.ctxd.v1 import context_pb2 as cpb
+from tests import test_security
 from tests.conftest import free_port
 
 CTXD = str(Path(sys.executable).with_name("ctxd"))
@@ -306,3 +307,44 @@ def test_watch_of_an_unknown_context_is_one_line(served):
     assert one_line_error(ctxd("watch", "nope", "--address", served.address)).startswith(
         "ctxd: NOT_FOUND"
     )
+
+
+def test_health_dials_the_servers_listen_address_as_the_image_healthcheck_does(served):
+    port = served.address.rsplit(":", 1)[1]
+    ok = ctxd("health", env={"CTXD_LISTEN": f"0.0.0.0:{port}"})
+    assert ok.returncode == 0 and ok.stdout.strip() == f"SERVING 127.0.0.1:{port}"
+
+
+@pytest.fixture
+def pki(tmp_path):
+    """CA, server and client certificates (test_security's)."""
+    return test_security.pki.__wrapped__(tmp_path)
+
+
+def test_mutual_tls_with_a_token(start_sidecar, pki, token_file):
+    sc = start_sidecar(
+        "memory://",
+        tls_cert_file=str(pki["srv"]),
+        tls_key_file=str(pki["srv_key"]),
+        tls_client_ca_file=str(pki["ca"]),
+        auth_token_file=str(token_file),
+    )
+    env = {
+        "CTXD_ADDRESS": sc.address,
+        "CTXD_TOKEN_FILE": str(token_file),
+        "CTXD_TLS_CA_FILE": str(pki["ca"]),
+        "CTXD_TLS_SERVER_NAME": "localhost",
+    }
+    flags = ("--tls-cert-file", str(pki["cli"]), "--tls-key-file", str(pki["cli_key"]))
+    assert ctxd("memory", "set", "k", '"v"', *flags, env=env).returncode == 0
+    client_env = {
+        **env,
+        "CTXD_TLS_CLIENT_CERT_FILE": str(pki["cli"]),
+        "CTXD_TLS_CLIENT_KEY_FILE": str(pki["cli_key"]),
+    }
+    assert ctxd("memory", "get", "k", env=client_env).stdout.strip() == '"v"'
+    # No client certificate: the handshake fails, in one line.
+    refused = ctxd("memory", "get", "k", "--timeout", "5", env=env)
+    assert one_line_error(refused).startswith("ctxd: UNAVAILABLE")
+    half = ctxd("memory", "get", "k", "--tls-cert-file", str(pki["cli"]), env=env)
+    assert "together" in one_line_error(half, 2)
