@@ -348,3 +348,27 @@ def test_mutual_tls_with_a_token(start_sidecar, pki, token_file):
     assert one_line_error(refused).startswith("ctxd: UNAVAILABLE")
     half = ctxd("memory", "get", "k", "--tls-cert-file", str(pki["cli"]), env=env)
     assert "together" in one_line_error(half, 2)
+
+
+def test_export_reads_every_page(served, spawn_sidecar, tmp_path):
+    """More messages than one GetContext page (1000) still round-trip."""
+    for t in range(6):
+        served.contexts.AppendTurn(
+            cpb.AppendTurnRequest(
+                context_id="long",
+                messages=[
+                    cpb.Message(note=cpb.NoteMessage(text=f"note {t}.{n}")) for n in range(200)
+                ],
+            ),
+            timeout=30,
+        )
+    first = ctxd("contexts", "export", "long", "--address", served.address)
+    headers, lines = _split(first.stdout)
+    assert headers[0]["messages"] == 1200 and len(lines) == 1200
+    assert json.loads(lines[-1])["id"] == "m1200"
+    dump = tmp_path / "long.jsonl"
+    dump.write_text(first.stdout)
+    other = spawn_sidecar("--store", "memory://")
+    assert ctxd("contexts", "import", str(dump), "--address", other.address).returncode == 0
+    again = ctxd("contexts", "export", "long", "--address", other.address)
+    assert _split(again.stdout)[1] == lines
