@@ -18,12 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sidecar.core.compaction.summary import Summary
-from sidecar.core.contexts.tokens import (
-    DEFAULT_MODEL_WINDOW,
-    MESSAGE_OVERHEAD,
-    Calibration,
-    estimate_text,
-)
+from sidecar.core.contexts.tokens import DEFAULT_MODEL_WINDOW, Calibration
+from sidecar.core.estimate import MESSAGE_OVERHEAD, estimate_message, estimate_text
 from sidecar.core.plan import Plan
 from sidecar.core.skills.model import SkillRef
 
@@ -169,18 +165,6 @@ class Msg:
             int(d.get("ts", 0)),
             ver=int(d.get("v", 0)),
         )
-
-
-def estimate_message(m: Msg) -> int:
-    """SPEC §2: text at chars/4 (tool calls: name + arguments; tool results:
-    the content, JSON by its text) plus the per-message overhead."""
-    if m.kind == TOOL:
-        body = estimate_text(m.content)
-    else:
-        body = estimate_text(m.text)
-        for c in m.tool_calls:
-            body += estimate_text(c.name) + estimate_text(c.arguments_json)
-    return body + MESSAGE_OVERHEAD
 
 
 # -- the record ---------------------------------------------------------------------------------
