@@ -237,4 +237,4 @@ def _open(uri: str, options: Mapping[str, str]) -> LmdbStore:
     return LmdbStore(path, map_size=map_size)
 
 
-ctxd_store_schemes, ctxd_open_store = store_hooks("lmdb", _open)
+ctxd_store_schemes, ctxd_open_store = store_hooks("lmdb", _open, options=("map_size",))

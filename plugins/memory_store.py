@@ -58,4 +58,6 @@ class MemoryStore(Store):
             return out
 
 
-ctxd_store_schemes, ctxd_open_store = store_hooks("memory", lambda uri, options: MemoryStore())
+ctxd_store_schemes, ctxd_open_store = store_hooks(
+    "memory", lambda uri, options: MemoryStore(), options=()
+)

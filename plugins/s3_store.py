@@ -239,4 +239,17 @@ def _open(uri: str, options: Mapping[str, str]) -> S3Store:
     )
 
 
-ctxd_store_schemes, ctxd_open_store = store_hooks("s3", _open)
+ctxd_store_schemes, ctxd_open_store = store_hooks(
+    "s3",
+    _open,
+    options=(
+        "endpoint_url",
+        "region",
+        "list",
+        "addressing_style",
+        "connect_timeout",
+        "read_timeout",
+        "max_attempts",
+        "profile",
+    ),
+)

@@ -18,7 +18,7 @@ as a plugin itself (``pm.register(hooks)`` or an entry point naming it).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from sidecar.hookspecs import hookimpl
 from sidecar.store import Store
@@ -45,9 +45,17 @@ class StoreHooks:
         return iter((self.ctxd_store_schemes, self.ctxd_open_store))
 
 
-def store_hooks(scheme: str, factory: StoreFactory) -> StoreHooks:
-    """Both store hook implementations for a plugin serving ``scheme``."""
+def store_hooks(
+    scheme: str, factory: StoreFactory, *, options: Iterable[str] | None = None
+) -> StoreHooks:
+    """Both store hook implementations for a plugin serving ``scheme``.
+
+    ``options`` names every URI query option the store understands; any
+    other is refused with a message naming it (a misspelt ``map_sise=`` must
+    not be silently ignored). ``None`` leaves the check to the factory.
+    """
     served = scheme.lower()  # the sidecar asks with the lower-cased scheme
+    known = None if options is None else frozenset(options)
 
     @hookimpl
     def ctxd_store_schemes() -> list[str]:
@@ -55,7 +63,16 @@ def store_hooks(scheme: str, factory: StoreFactory) -> StoreHooks:
 
     @hookimpl
     def ctxd_open_store(scheme: str, uri: str, options: Mapping[str, str]) -> Store | None:
-        return factory(uri, options) if scheme == served else None
+        if scheme != served:
+            return None
+        if known is not None:
+            unknown = sorted(set(options) - known)
+            if unknown:
+                listed = ", ".join(sorted(known)) or "none"
+                raise ValueError(
+                    f"unknown {served} store option {unknown[0]!r} (known options: {listed})"
+                )
+        return factory(uri, options)
 
     ctxd_store_schemes.__doc__ = f"Serves the {served!r} URI scheme."
     ctxd_open_store.__doc__ = f"Opens a {served}:// store; None for other schemes."
