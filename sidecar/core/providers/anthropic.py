@@ -28,7 +28,8 @@ Out, a ready request:
   one message of several blocks; content is always a block list); each
   tool result is a ``tool_result`` block in the user message right after
   the assistant message with its ``tool_use`` (:func:`~.common.paired`);
-  notes are user text prefixed ``[note] ``; empty texts are left out.
+  notes are user text prefixed ``[note] ``; empty or blank texts are left
+  out (Anthropic refuses them).
 * ``cache_breakpoint``: ``cache_control: {"type": "ephemeral"}`` on the
   last block of the stable prefix — the last ``system`` block, or the user
   preamble when the summary went there.
@@ -212,14 +213,14 @@ def to_anthropic(
         push("user", preamble)
     for m in paired(msgs):
         if m.kind == SYSTEM:
-            if m.text:
+            if m.text.strip():
                 system.append(_text(m.text))
         elif m.kind in (USER, NOTE):
             text = m.text if m.kind == USER else NOTE_PREFIX + m.text
-            if text:
+            if text.strip():
                 push("user", _text(text))
         elif m.kind == ASSISTANT:
-            if m.text:
+            if m.text.strip():
                 push("assistant", _text(m.text))
             for c in m.tool_calls:
                 block = {"type": "tool_use", "id": c.id, "name": c.name}
