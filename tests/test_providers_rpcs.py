@@ -217,6 +217,7 @@ def test_refusals_name_the_field(sc):
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "nope"}]},
     ]
     assert "messages_json[1].content[0]" in refused(lambda: append_json(sc, "e", orphan, AN))
+    assert "messages_json" in refused(lambda: append_json(sc, "e", [], OA))
     full = pb.GetContextRequest(context_id="root", view=pb.CONTEXT_VIEW_FULL, format=OA)
     assert "format" in refused(lambda: sc.contexts.GetContext(full))
     # nothing was stored: the conversation was never created

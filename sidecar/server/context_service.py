@@ -85,7 +85,7 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
 
     # -- turns and reads -----------------------------------------------------------------------
     async def AppendTurn(self, request: pb.AppendTurnRequest, context) -> pb.AppendTurnResponse:
-        origins: list[str] = []
+        origins: list[str] | None = None
         if request.messages_json:
             if request.messages:
                 raise InvalidArgument("messages_json", "set either messages or messages_json")
@@ -110,7 +110,7 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
                 )
             )
         except InvalidArgument as exc:
-            if not origins:
+            if origins is None:
                 raise
             raise relabel(exc, origins) from None
         return pb.AppendTurnResponse(

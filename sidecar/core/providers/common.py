@@ -108,6 +108,8 @@ def relabel(exc: InvalidArgument, origins: Sequence[str]) -> InvalidArgument:
     """A domain refusal naming ``messages[k]...`` renamed to the element the
     caller sent (``messages_json[i]...``); others unchanged."""
     f = exc.field
+    if f == "messages":  # the whole turn (none, or too many)
+        return InvalidArgument("messages_json", exc.description)
     if f.startswith("messages[") and "]" in f:
         try:
             k = int(f[len("messages[") : f.index("]")])
