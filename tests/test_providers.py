@@ -528,3 +528,12 @@ def test_random_transcripts_give_valid_requests_in_both_shapes(msgs, start, summ
     # and OpenAI in again gives the same OpenAI out
     once = dumps(to_openai(kept, blocks))
     assert dumps(to_openai(parse_turn(OPENAI, once).messages)) == once
+
+
+@settings(max_examples=200, deadline=None)
+@given(transcripts(), _text, _text)
+def test_anthropic_out_appended_again_comes_back_the_same(msgs, summary, plan):
+    system, messages = to_anthropic(msgs, summary=summary, plan=plan)
+    again = parse_turn(ANTHROPIC, dumps(messages), dumps(system) if system else "")
+    system2, messages2 = to_anthropic(again.messages)
+    assert (dumps(system2), dumps(messages2)) == (dumps(system), dumps(messages))
