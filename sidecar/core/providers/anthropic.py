@@ -202,11 +202,11 @@ def to_anthropic(
         else:
             messages.append({"role": role, "content": [block]})
 
-    placement, summary_text = place_summary(summary, msgs, "anthropic")
+    placement, summary_text = place_summary(summary if summary.strip() else "", msgs, "anthropic")
     preamble = None
     if summary_text and placement == "system":
         system.append(_text(summary_text))
-    if plan:
+    if plan.strip():
         system.append(_text(plan))
     if summary_text and placement == "user_preamble":
         preamble = _text(summary_text)
