@@ -387,6 +387,20 @@ FORMAT_FROM_PB = {
 }
 
 
+def turn_messages(request: pb.AppendTurnRequest) -> tuple[list[Msg], list[str] | None]:
+    """The turn's messages from ``messages`` or ``messages_json`` (exactly one),
+    with the JSON elements they came from (None for protobuf messages)."""
+    if not request.messages_json:
+        for name in ("format", "system_json"):
+            if getattr(request, name):
+                raise InvalidArgument(name, "goes with messages_json")
+        return [msg_from_pb(m) for m in request.messages], None
+    if request.messages:
+        raise InvalidArgument("messages_json", "set either messages or messages_json")
+    turn = turn_from_json(request)
+    return turn.messages, turn.origins
+
+
 def turn_from_json(request: pb.AppendTurnRequest) -> providers.Turn:
     """``messages_json`` in ``request.format`` as domain messages (with origins)."""
     fmt = FORMAT_FROM_PB.get(request.format)

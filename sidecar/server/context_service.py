@@ -33,14 +33,13 @@ from sidecar.server.context_convert import (
     expected_version,
     fill_msg_pb,
     info_to_pb,
-    msg_from_pb,
     plan_edit_from_pb,
     plan_or_none_pb,
     record_pb,
     slice_blocks_pb,
     slice_json,
     summary_to_pb,
-    turn_from_json,
+    turn_messages,
 )
 
 _VIEWS = {
@@ -85,17 +84,7 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
 
     # -- turns and reads -----------------------------------------------------------------------
     async def AppendTurn(self, request: pb.AppendTurnRequest, context) -> pb.AppendTurnResponse:
-        origins: list[str] | None = None
-        if request.messages_json:
-            if request.messages:
-                raise InvalidArgument("messages_json", "set either messages or messages_json")
-            turn = turn_from_json(request)
-            messages, origins = turn.messages, turn.origins
-        else:
-            for name in ("format", "system_json"):
-                if getattr(request, name):
-                    raise InvalidArgument(name, "goes with messages_json")
-            messages = [msg_from_pb(m) for m in request.messages]
+        messages, origins = turn_messages(request)
         try:
             r = await self.turns.append(
                 TurnRequest(
