@@ -4,12 +4,12 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY sidecar ./sidecar
 COPY plugins ./plugins
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[all]"
 
 FROM python:3.11-slim
 RUN useradd --system --uid 10001 --home-dir /var/lib/ctxd --create-home ctxd
 COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
+RUN pip install --no-cache-dir --no-index --find-links /wheels "ctxd-sidecar[all]" && rm -rf /wheels
 USER 10001
 VOLUME ["/var/lib/ctxd"]
 ENV CTXD_LISTEN=0.0.0.0:50051 \

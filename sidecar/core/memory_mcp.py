@@ -30,6 +30,7 @@ mismatch), ``RESOURCE_EXHAUSTED: …``; anything else is UNAVAILABLE.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import re
@@ -108,6 +109,10 @@ class McpMemory(MemoryBackend):
 
     # -- connection -------------------------------------------------------------
     async def start(self) -> None:
+        if importlib.util.find_spec("mcp") is None:
+            raise ValueError(
+                "memory.mcp_server needs the mcp package: pip install 'ctxd-sidecar[mcp]'"
+            )
         try:
             await self._session()
         except Unavailable as exc:
