@@ -27,11 +27,7 @@ runtime), and a later ``@skill:`` reference loads them again.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
-import hashlib
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -55,6 +51,7 @@ from sidecar.core.compaction import (
 from sidecar.core.compaction.view import MessageData, ToolCallData
 from sidecar.core.contexts.archive import new_record
 from sidecar.core.contexts.model import ContextState, Msg
+from sidecar.core.contexts.planref import PlanRef, digest
 from sidecar.core.contexts.service import ContextService
 from sidecar.core.contexts.tokens import MESSAGE_OVERHEAD, estimate_text
 from sidecar.core.errors import Conflict, CtxdError, InvalidArgument
@@ -67,7 +64,6 @@ OP = "compact"
 MAX_ANSWER_CHARS = 1024 * 1024
 #: Longest ``instructions`` Compact accepts (characters).
 MAX_INSTRUCTIONS_CHARS = 8 * 1024
-_REF_PREFIX = "cp1."
 
 
 # -- results ---------------------------------------------------------------------------------
@@ -115,50 +111,6 @@ class CompactResult:
     reason: str = ""
     summariser: str = ""
     applied: ApplyResult | None = None
-
-
-@dataclass(frozen=True)
-class _Ref:
-    gen: str
-    base: int
-    first: int
-    through: int
-    count: int
-    digest: str
-
-    def encode(self) -> str:
-        raw = json.dumps(
-            [self.gen, self.base, self.first, self.through, self.count, self.digest],
-            separators=(",", ":"),
-        ).encode()
-        return _REF_PREFIX + base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-    @classmethod
-    def decode(cls, text: str) -> _Ref:
-        bad = InvalidArgument(
-            "plan_ref", "is not a plan_ref PlanCompaction returned; plan the compaction again"
-        )
-        if not text.startswith(_REF_PREFIX) or len(text) > 512:
-            raise bad
-        body = text[len(_REF_PREFIX) :]
-        try:
-            gen, base, first, through, count, digest = json.loads(
-                base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
-            )
-            ref = cls(str(gen), int(base), int(first), int(through), int(count), str(digest))
-        except (binascii.Error, ValueError, TypeError):
-            raise bad from None
-        if ref.count < 1 or ref.first < 1 or ref.through < ref.first:
-            raise bad
-        return ref
-
-
-def _digest(folded: list[Msg]) -> str:
-    h = hashlib.sha256()
-    for m in folded:
-        h.update(m.id.encode())
-        h.update(b"\n")
-    return h.hexdigest()[:32]
 
 
 def cache_effect(st: ContextState, summary: Summary, folded: int) -> CacheEffect:
@@ -258,7 +210,9 @@ class Compactor:
                 True, reason=reason, base_version=st.version, tokens_before=st.est_tokens
             )
         folded = st.messages[: cut.fold]
-        ref = _Ref(st.gen, st.version, folded[0].seq, folded[-1].seq, len(folded), _digest(folded))
+        ref = PlanRef(
+            st.gen, st.version, folded[0].seq, folded[-1].seq, len(folded), digest(folded)
+        )
         previous = st.summary if not st.summary.is_empty() else None
         # The model's answer is not known yet: estimate with what ctxd adds
         # itself (the previous summary and the ledger of the folded messages).
@@ -288,7 +242,7 @@ class Compactor:
     # -- apply -------------------------------------------------------------------------------------
     async def apply(self, context_id: str, plan_ref: str, answer: str) -> ApplyResult:
         """Fold the planned prefix into the summary with the runtime's answer."""
-        ref = _Ref.decode(plan_ref)
+        ref = PlanRef.decode(plan_ref)
         if not answer.strip():
             raise InvalidArgument("answer", "is empty; send the model's JSON answer or plain text")
         if len(answer) > MAX_ANSWER_CHARS:
@@ -306,7 +260,7 @@ class Compactor:
         return result
 
     async def _commit(
-        self, context_id: str, ref: _Ref, addition: Summary, *, by: str
+        self, context_id: str, ref: PlanRef, addition: Summary, *, by: str
     ) -> ApplyResult:
         out: dict[str, Any] = {}
 
@@ -318,7 +272,7 @@ class Compactor:
                 or len(msgs) < n
                 or msgs[0].seq != ref.first
                 or msgs[n - 1].seq != ref.through
-                or _digest(msgs[:n]) != ref.digest
+                or digest(msgs[:n]) != ref.digest
             ):
                 raise Conflict(
                     f"context {st.id}: the messages this plan folds changed since version "
@@ -472,7 +426,9 @@ class Compactor:
             return CompactResult(False, reason=reason, summariser=plugin.name)
         folded = list(st.messages[: cut.fold])
         previous = Summary.from_dict(st.summary.to_dict())
-        ref = _Ref(st.gen, st.version, folded[0].seq, folded[-1].seq, len(folded), _digest(folded))
+        ref = PlanRef(
+            st.gen, st.version, folded[0].seq, folded[-1].seq, len(folded), digest(folded)
+        )
         try:
             done = await summarise(
                 plugin,
