@@ -26,6 +26,8 @@ SUITE_MODULES: tuple[str, ...] = (
     "bench.ctxd_memory",
     "bench.ctxd_contexts",
     "bench.ctxd_compaction",
+    "bench.ctxd_ledger",
+    "bench.ctxd_index",
     "bench.ctxd_process",
     "bench.peers",
 )
