@@ -25,6 +25,7 @@ SUITE_MODULES: tuple[str, ...] = (
     "bench.floor_s3",
     "bench.ctxd_memory",
     "bench.ctxd_contexts",
+    "bench.ctxd_replicas",
     "bench.ctxd_compaction",
     "bench.ctxd_ledger",
     "bench.ctxd_index",

@@ -208,7 +208,7 @@ def in_ms(result: Result) -> Result:
     return result
 
 
-def _sidecar_cmd(store: str, *settings: str) -> list[str]:
+def sidecar_cmd(store: str, *settings: str) -> list[str]:
     args = ["--store", store]
     # The workload measures appends to long histories: no automatic compaction.
     for s in ("contexts.auto_compact=false", *settings):
@@ -216,7 +216,7 @@ def _sidecar_cmd(store: str, *settings: str) -> list[str]:
     return python_module_cmd("bench.ctxd_server", *args)
 
 
-def _channel(port: str):
+def open_channel(port: str):
     import grpc
 
     channel = grpc.insecure_channel(
@@ -241,8 +241,8 @@ def _suite(ctx: Context, label: str, store: str, common: dict) -> Iterator[Resul
     biggest = max(marks)
     big_conv = f"{label}-h{biggest}-0"
 
-    with spawn(_sidecar_cmd(store)) as (_, port):
-        channel = _channel(port)
+    with spawn(sidecar_cmd(store)) as (_, port):
+        channel = open_channel(port)
         try:
             b = Bench(context_pb2_grpc.ContextServiceStub(channel), label)
             for _ in range(20):  # warm the channel and the code paths
@@ -264,8 +264,8 @@ def _suite(ctx: Context, label: str, store: str, common: dict) -> Iterator[Resul
     restore_ns: list[int] = []
     slice_ns: list[int] = []
     for i in range(restores):
-        with spawn(_sidecar_cmd(store)) as (_, port):
-            channel = _channel(port)
+        with spawn(sidecar_cmd(store)) as (_, port):
+            channel = open_channel(port)
             try:
                 stub = context_pb2_grpc.ContextServiceStub(channel)
                 req = pb.GetContextRequest(context_id=big_conv, view=pb.CONTEXT_VIEW_INFO)
