@@ -27,7 +27,9 @@ Rows (p50/p99 in µs):
   slice of a context of N tool results of 1 MiB each, read by a client with
   default channel options (4 MiB receive limit);
 * ``ctxd.get_context.slice.<store>.h10000``: GetContext(SLICE) of the 10,000-
-  message conversation, every page (default page size; 10 MB of text);
+  message conversation, every page (default page size; 10 MB of text), and
+  ``ctxd.get_context.slice_max_page.<store>.h10000`` the same with the
+  largest page size (fewer, ~3 MiB pages: what per-page costs add);
 * ``ctxd.restore.<store>.h10000``: a fresh sidecar's first GetContext(INFO) of
   that conversation, i.e. the restore from the store (head + sealed
   segments + log tail), one fresh process per sample.
@@ -61,6 +63,10 @@ GROWTH_BUDGET = 0.05
 BIG_RESULTS_FULL, BIG_RESULTS_QUICK = 20, 4
 BIG_RESULT = "x" * (1024 * 1024 - 64)
 DEFAULT_CLIENT_LIMIT = 4 * 1024 * 1024
+#: The largest page_size GetContext takes (pages still stop at ~3 MiB).
+MAX_PAGE_SIZE = 10_000
+#: Seconds for the background checkpoint of the big context to finish before it is read.
+SETTLE_S_FULL, SETTLE_S_QUICK = 3.0, 0.5
 #: Row kinds measured per turn: what each times.
 KINDS: dict[str, str] = {
     "append": "AppendTurn",
@@ -185,15 +191,16 @@ class Bench:
         return out
 
 
-def read_all(stub, cid: str, view: int) -> list:
-    """Every page of ``view`` of ``cid``, in order (default page size)."""
+def read_all(stub, cid: str, view: int, page_size: int = 0) -> list:
+    """Every page of ``view`` of ``cid``, in order (0: the default page size)."""
     from sidecar.api.ctxd.v1 import context_pb2 as pb
 
-    pages = [
-        stub.GetContext(pb.GetContextRequest(context_id=cid, view=view), timeout=CALL_TIMEOUT_S)
-    ]
+    req = pb.GetContextRequest(context_id=cid, view=view, page_size=page_size)
+    pages = [stub.GetContext(req, timeout=CALL_TIMEOUT_S)]
     while pages[-1].next_page_token:
-        req = pb.GetContextRequest(context_id=cid, view=view, page_token=pages[-1].next_page_token)
+        req = pb.GetContextRequest(
+            context_id=cid, view=view, page_size=page_size, page_token=pages[-1].next_page_token
+        )
         pages.append(stub.GetContext(req, timeout=CALL_TIMEOUT_S))
     return pages
 
@@ -263,6 +270,8 @@ def _suite(ctx: Context, label: str, store: str, common: dict) -> Iterator[Resul
     # Restore: a fresh process per sample; the first GetContext restores.
     restore_ns: list[int] = []
     slice_ns: list[int] = []
+    max_page_ns: list[int] = []
+    npages: dict[int, int] = {}
     for i in range(restores):
         with spawn(sidecar_cmd(store)) as (_, port):
             channel = open_channel(port)
@@ -275,13 +284,15 @@ def _suite(ctx: Context, label: str, store: str, common: dict) -> Iterator[Resul
                 if info.message_count < biggest:
                     raise RuntimeError(f"restored {info.message_count} messages")
                 if i == restores - 1:
-                    for _ in range(slices + 1):
-                        t0 = time.perf_counter_ns()
-                        pages = read_all(stub, big_conv, pb.CONTEXT_VIEW_SLICE)
-                        slice_ns.append(time.perf_counter_ns() - t0)
-                    slice_ns.pop(0)  # the first one warms up
-                    if sum(len(p.slice) for p in pages) < biggest:
-                        raise RuntimeError("slice is short")
+                    for k in range(slices + 1):
+                        for size, out in ((0, slice_ns), (MAX_PAGE_SIZE, max_page_ns)):
+                            t0 = time.perf_counter_ns()
+                            pages = read_all(stub, big_conv, pb.CONTEXT_VIEW_SLICE, size)
+                            if k:  # the first round warms up
+                                out.append(time.perf_counter_ns() - t0)
+                            npages[size] = len(pages)
+                            if sum(len(p.slice) for p in pages) < biggest:
+                                raise RuntimeError("slice is short")
             finally:
                 channel.close()
     yield result_from_samples(
@@ -292,7 +303,19 @@ def _suite(ctx: Context, label: str, store: str, common: dict) -> Iterator[Resul
             **common,
             "messages": info.message_count,
             "view": "CONTEXT_VIEW_SLICE, every page (default page size)",
-            "pages": len(pages),
+            "pages": npages[0],
+        },
+    )
+    yield result_from_samples(
+        max_page_ns,
+        name=f"ctxd.get_context.slice_max_page.{label}.h{biggest}",
+        group=GROUP,
+        ratio_to=f"ctxd.get_context.slice.{label}.h{biggest}",
+        extra={
+            **common,
+            "messages": info.message_count,
+            "view": f"CONTEXT_VIEW_SLICE, every page (page_size={MAX_PAGE_SIZE})",
+            "pages": npages[MAX_PAGE_SIZE],
         },
     )
     yield result_from_samples(
@@ -316,7 +339,8 @@ def _default_client_read(ctx: Context, b: Bench, port: str, label: str, common: 
     results = ctx.pick(full=BIG_RESULTS_FULL, quick=BIG_RESULTS_QUICK)
     cid = f"{label}-tool-results"
     b.build_tool_results(cid, results)
-    reads = ctx.pick(full=5, quick=1)
+    time.sleep(ctx.pick(full=SETTLE_S_FULL, quick=SETTLE_S_QUICK))  # not racing its checkpoint
+    reads = ctx.pick(full=10, quick=1)
     channel = grpc.insecure_channel(f"127.0.0.1:{int(port)}")  # default options: 4 MiB
     try:
         grpc.channel_ready_future(channel).result(timeout=20)
