@@ -117,6 +117,10 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
         if view is None:
             raise InvalidArgument("view", f"unknown view {request.view}")
         latest = _CONSISTENCY.get(request.consistency, False)
+        if request.page_token:
+            # A later page continues the read that began with the first page,
+            # which already checked the store; the token pins the view.
+            latest = False
         if request.consistency not in _CONSISTENCY:
             raise InvalidArgument("consistency", f"unknown consistency {request.consistency}")
         since = request.since_version if request.HasField("since_version") else None

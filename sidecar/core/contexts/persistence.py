@@ -146,16 +146,30 @@ class ContextStore:
         writer already made that version."""
         await self.storage.put(log_key(st.id, st.gen, rec["v"]), encode(rec), if_absent=True)
 
-    async def read_tail(self, cid: str, gen: str, after: int) -> list[dict[str, Any]]:
+    async def read_tail(
+        self,
+        cid: str,
+        gen: str,
+        after: int,
+        *,
+        first: Item | None = None,
+        ahead: int = TAIL_BATCH,
+    ) -> list[dict[str, Any]]:
         """Log records after version ``after``, in order, up to the first gap.
-        Raises :class:`HeadMoved` on a sealed record."""
+        Raises :class:`HeadMoved` on a sealed record.
+
+        ``first`` is record ``after + 1`` when the caller already read it (a
+        replica's probe); ``ahead`` how fast reads ahead grow on remote stores
+        (a restore expects a long tail, a replica catching up a short one)."""
         out: list[dict[str, Any]] = []
         v = after + 1
         batch = 1  # usually the tail is empty: one read says so
+        pending: list[Item | None] | None = [first] if first is not None else None
         while True:
-            items = await asyncio.gather(
+            items = pending or await asyncio.gather(
                 *(self.storage.get(log_key(cid, gen, v + i)) for i in range(batch))
             )
+            pending = None
             for item in items:
                 if item is None:
                     return out
@@ -166,7 +180,7 @@ class ContextStore:
                     raise Damaged(f"log record {v} of context {cid} says version {rec.get('v')}")
                 out.append(rec)
                 v += 1
-            batch = min(max(batch * 2, TAIL_BATCH), 64) if self.remote else 1
+            batch = min(max(batch * 2, ahead), 64) if self.remote else 1
 
     # -- restore ----------------------------------------------------------------------
     async def restore(

@@ -41,6 +41,7 @@ from sidecar.core.contexts.registry import Entry, Registry
 from sidecar.core.errors import Conflict, CtxdError, InvalidArgument, Unavailable
 from sidecar.core.keyindex import KeyIndex
 from sidecar.core.storage import Storage
+from sidecar.store import Item
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +198,7 @@ class ContextService:
             return
         item = await self.storage.get(log_key(st.id, st.gen, st.version + 1))
         if item is not None:
-            await self.refresh(e)
+            await self.refresh(e, first=item)
             if e.stale:
                 await self.load(e)
         e.verified = time.monotonic()
@@ -235,13 +236,16 @@ class ContextService:
         finally:
             rec.pop("_built", None)
 
-    async def refresh(self, e: Entry, *, lost_race: bool = False) -> None:
+    async def refresh(
+        self, e: Entry, *, lost_race: bool = False, first: Item | None = None
+    ) -> None:
         """Catch up from the log (another writer shares the store). After a
         lost race the next record must exist; if it does not, the context was
         replaced meanwhile: restore it whole."""
         st = e.state
         try:
-            tail = await self.store.read_tail(st.id, st.gen, st.version)
+            # Catching up means a short tail: read ahead slowly (1, 2, 4, ...).
+            tail = await self.store.read_tail(st.id, st.gen, st.version, first=first, ahead=1)
             for rec in tail:
                 apply_record(st, rec)
                 # Another replica's change: announced here as it was there.
