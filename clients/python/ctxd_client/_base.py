@@ -34,9 +34,9 @@ class Retry:
     """Bounded retries on UNAVAILABLE, for calls that are safe to repeat
     (AppendTurn with its idempotency key, and reads)."""
 
-    attempts: int = 6
+    attempts: int = 8
     initial_backoff: float = 0.1
-    max_backoff: float = 2.0
+    max_backoff: float = 4.0
 
     def delay(self, attempt: int) -> float:
         base = min(self.max_backoff, self.initial_backoff * (2**attempt))
