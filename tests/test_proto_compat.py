@@ -94,6 +94,8 @@ def test_shipped_proto_copies_match_the_source(copy):
 
 
 def test_server_and_client_generated_code_describe_the_same_api():
+    if str(ROOT / "clients" / "python") not in sys.path:
+        sys.path.insert(0, str(ROOT / "clients" / "python"))
     from ctxd_client._api.ctxd.v1 import context_pb2 as client_ctx
     from ctxd_client._api.ctxd.v1 import memory_pb2 as client_mem
 

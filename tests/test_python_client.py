@@ -11,14 +11,18 @@ import threading
 import time
 from pathlib import Path
 
-import ctxd_client
 import pytest
-from ctxd_client import Client
-
-from tests.test_security import TOKEN, pki  # noqa: F401 - fixture
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "clients" / "python"
+if str(PACKAGE) not in sys.path:  # the suite's venv holds the server only: import from source
+    sys.path.insert(0, str(PACKAGE))
+
+import ctxd_client  # noqa: E402
+from ctxd_client import Client  # noqa: E402
+
+from tests.test_security import TOKEN, pki  # noqa: E402, F401 - fixture
+
 SERVER_ONLY = {"boto3", "openai", "mcp", "lmdb", "ctxd", "pydantic"}
 
 SCRIPT = r"""
