@@ -2,7 +2,7 @@
 // (appendTurn, slice with sinceVersion, memory verbs, watch), paging followed,
 // AppendTurn retried on UNAVAILABLE under one idempotency key.
 import { randomUUID } from "node:crypto";
-import { create, fromJson, type JsonObject, type MessageInitShape } from "@bufbuild/protobuf";
+import { create, fromJson, type DescMessage, type JsonObject, type MessageInitShape } from "@bufbuild/protobuf";
 import { Code, createClient, type CallOptions, type Client, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import * as pb from "./gen/ctxd/v1/context_pb.js";
@@ -88,6 +88,37 @@ const CHANGES: Record<number, SliceChange> = {
   [pb.SliceChange.APPEND]: "append",
   [pb.SliceChange.REPLACE]: "replace",
 };
+
+/** A provider's own message shape, passed through as JSON. */
+export type ProviderFormat = "openai" | "anthropic";
+
+/** The slice in a provider's shape; ``system`` is its separate system prompt (anthropic). */
+export interface ProviderSlice {
+  version: bigint;
+  messages: unknown[];
+  system: unknown;
+  change?: SliceChange;
+}
+
+// Provider formats are newer than some sidecars' API: look the fields up by name.
+function providerFormat(format: ProviderFormat, schema: DescMessage, field: string): number {
+  const e = pb.file_ctxd_v1_context.enums.find((x) => x.name === "MessageFormat");
+  const value = e?.values.find((v) => v.name === `MESSAGE_FORMAT_${format.toUpperCase()}`);
+  if (!value || !schema.fields.some((f) => f.name === field)) {
+    throw new CtxdError("this sidecar's API has no provider formats");
+  }
+  return value.number;
+}
+
+function setField(msg: object, schema: DescMessage, name: string, value: unknown): void {
+  const field = schema.fields.find((f) => f.name === name);
+  if (field) (msg as Record<string, unknown>)[field.localName] = value;
+}
+
+function getField(msg: object, schema: DescMessage, name: string): string {
+  const field = schema.fields.find((f) => f.name === name);
+  return field ? String((msg as Record<string, unknown>)[field.localName] ?? "") : "";
+}
 
 const DEFAULT_RETRY: RetryOptions = { attempts: 8, initialBackoffMs: 100, maxBackoffMs: 4000 };
 const PAGE_RESTARTS = 3;
@@ -175,6 +206,53 @@ export class CtxdClient {
       task: options.task,
     });
     return this.unary((o) => this.contexts.appendTurn(req, o), options, true);
+  }
+
+  /** Appends a turn given in a provider's format (JSON passed through), when the sidecar has them. */
+  async appendProviderTurn(
+    contextId: string,
+    format: ProviderFormat,
+    messages: unknown[],
+    options: { idempotencyKey?: string; expectedVersion?: number | bigint; model?: string } & Call = {},
+  ): Promise<pb.AppendTurnResponse> {
+    const value = providerFormat(format, pb.AppendTurnRequestSchema, "messages_json");
+    const req = create(pb.AppendTurnRequestSchema, {
+      contextId,
+      idempotencyKey: options.idempotencyKey ?? randomUUID(),
+      expectedVersion: big(options.expectedVersion),
+      model: options.model,
+    });
+    setField(req, pb.AppendTurnRequestSchema, "messages_json", JSON.stringify(messages));
+    setField(req, pb.AppendTurnRequestSchema, "format", value);
+    return this.unary((o) => this.contexts.appendTurn(req, o), options, true);
+  }
+
+  /** The slice in a provider's format (all pages), when the sidecar has them. */
+  async providerSlice(
+    contextId: string,
+    format: ProviderFormat,
+    options: { sinceVersion?: number | bigint; pageSize?: number } & Call = {},
+  ): Promise<ProviderSlice> {
+    const value = providerFormat(format, pb.GetContextResponseSchema, "messages_json");
+    const init: Record<string, unknown> = {
+      contextId,
+      view: pb.ContextView.SLICE,
+      pageSize: options.pageSize,
+      sinceVersion: big(options.sinceVersion),
+    };
+    const field = pb.GetContextRequestSchema.fields.find((f) => f.name === "format");
+    if (field) init[field.localName] = value;
+    const pages = await this.pages(init as MessageInitShape<typeof pb.GetContextRequestSchema>, options);
+    const messages: unknown[] = [];
+    let system: unknown = undefined;
+    for (const page of pages) {
+      messages.push(...(JSON.parse(getField(page, pb.GetContextResponseSchema, "messages_json") || "[]") as unknown[]));
+      const sys = getField(page, pb.GetContextResponseSchema, "system_json");
+      if (sys) system = JSON.parse(sys);
+    }
+    const out: ProviderSlice = { version: pages[0].info?.version ?? 0n, messages, system };
+    if (options.sinceVersion !== undefined) out.change = CHANGES[pages[0].change] ?? "replace";
+    return out;
   }
 
   // Every page of one GetContext read; starts again when a compaction made a page token stale.

@@ -117,3 +117,15 @@ test("watch streams events until aborted", async () => {
   assert.deepEqual(seen, [pb.ContextEventKind.TURN, pb.ContextEventKind.PREFLIGHT]);
   await client.delete(cid);
 });
+
+test("provider formats are refused clearly by an API without them", async (t) => {
+  if (pb.AppendTurnRequestSchema.fields.some((f) => f.name === "messages_json")) {
+    t.skip("this API has provider formats");
+    return;
+  }
+  await assert.rejects(client.providerSlice(`${run}-fmt`, "openai"), /no provider formats/);
+  await assert.rejects(
+    client.appendProviderTurn(`${run}-fmt`, "openai", [{ role: "user", content: "hi" }]),
+    /no provider formats/,
+  );
+});
