@@ -212,23 +212,24 @@ def test_memory_verbs_follow_pages(client):
 def test_watch_streams_events_until_closed(client):
     client.append_turn("w", [{"user": {"text": "first"}}])
     events = []
-    stream = client.watch("w")
+    with client.watch("w") as stream:
 
-    def read():
-        for event in stream:
-            events.append(event)
-            if len(events) == 2:
-                break
+        def read():
+            for event in stream:
+                events.append(event)
+                if len(events) == 2:
+                    break
 
-    t = threading.Thread(target=read)
-    t.start()
-    time.sleep(0.3)
-    client.append_turn("w", [{"user": {"text": "second"}}])
-    client.set_preflight("w", {"ok": 1})
-    t.join(10)
+        t = threading.Thread(target=read)
+        t.start()
+        time.sleep(0.3)
+        client.append_turn("w", [{"user": {"text": "second"}}])
+        client.set_preflight("w", {"ok": 1})
+        t.join(10)
     assert not t.is_alive()
     names = [ctxd_client.context_pb2.ContextEventKind.Name(e.kind) for e in events]
     assert names == ["CONTEXT_EVENT_KIND_TURN", "CONTEXT_EVENT_KIND_PREFLIGHT"]
+    assert list(stream) == [], "a cancelled watch ends quietly"
 
 
 # -- errors ------------------------------------------------------------------------------

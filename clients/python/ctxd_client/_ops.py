@@ -203,9 +203,11 @@ def slice_(
         page_size=page_size,
     )
     if format != "ctxd":
-        req.format = _format_value(format)  # type: ignore[attr-defined]
-        if not _has(pb.GetContextResponse, "messages_json"):
+        value = _format_value(format)
+        has = _has(pb.GetContextRequest, "format") and _has(pb.GetContextResponse, "messages_json")
+        if not has:
             raise CtxdError("this sidecar's API has no provider formats (messages_json)")
+        req.format = value  # type: ignore[attr-defined]
     if since_version is not None:
         req.since_version = since_version
     pages = yield from _paged_context(req)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -12,6 +11,7 @@ import grpc
 from ctxd_client import _ops as ops
 from ctxd_client._api.ctxd.v1 import context_pb2 as pb
 from ctxd_client._base import DEFAULT_RETRY, DEFAULT_TIMEOUT, Retry, _Verbs, channel_args
+from ctxd_client._watch import AsyncWatch
 from ctxd_client.errors import CtxdError, Unavailable, from_rpc_error
 
 
@@ -94,21 +94,14 @@ class AsyncClient(_Verbs):
     def _run(self, op: ops.Op, timeout: float | None) -> Any:
         return self._drive(op, timeout)
 
-    async def watch(
-        self, context_id: str, *, timeout: float | None = None
-    ) -> AsyncIterator[pb.WatchContextResponse]:
-        """Events for a context until the iterator is closed (``aclose()``,
-        or leaving an ``async for``) or ``timeout`` passes."""
-        stream = self._stub[ops.CONTEXT].WatchContext(
-            pb.WatchContextRequest(context_id=context_id),
-            timeout=timeout,
-            metadata=self._metadata,
+    def watch(self, context_id: str, *, timeout: float | None = None) -> AsyncWatch:
+        """Events for a context, from now until cancelled (``cancel()``, or
+        leaving a ``with`` block) or ``timeout`` passes (none by default).
+        Errors arrive as CtxdError."""
+        return AsyncWatch(
+            self._stub[ops.CONTEXT].WatchContext(
+                pb.WatchContextRequest(context_id=context_id),
+                timeout=timeout,
+                metadata=self._metadata,
+            )
         )
-        try:
-            async for event in stream:
-                yield event
-        except grpc.RpcError as err:
-            if err.code() != grpc.StatusCode.CANCELLED:
-                raise from_rpc_error(err) from None
-        finally:
-            stream.cancel()

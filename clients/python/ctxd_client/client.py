@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -12,6 +11,7 @@ import grpc
 from ctxd_client import _ops as ops
 from ctxd_client._api.ctxd.v1 import context_pb2 as pb
 from ctxd_client._base import DEFAULT_RETRY, DEFAULT_TIMEOUT, Retry, _Verbs, channel_args
+from ctxd_client._watch import Watch
 from ctxd_client.errors import CtxdError, Unavailable, from_rpc_error
 
 
@@ -92,20 +92,14 @@ class Client(_Verbs):
         except StopIteration as stop:
             return stop.value
 
-    def watch(
-        self, context_id: str, *, timeout: float | None = None
-    ) -> Iterator[pb.WatchContextResponse]:
-        """Events for a context until the iterator is closed (or ``timeout``
-        passes; no deadline by default). Errors arrive as CtxdError."""
-        stream = self._stub[ops.CONTEXT].WatchContext(
-            pb.WatchContextRequest(context_id=context_id),
-            timeout=timeout,
-            metadata=self._metadata,
+    def watch(self, context_id: str, *, timeout: float | None = None) -> Watch:
+        """Events for a context, from now until cancelled (``cancel()``, or
+        leaving a ``with`` block) or ``timeout`` passes (none by default).
+        Errors arrive as CtxdError."""
+        return Watch(
+            self._stub[ops.CONTEXT].WatchContext(
+                pb.WatchContextRequest(context_id=context_id),
+                timeout=timeout,
+                metadata=self._metadata,
+            )
         )
-        try:
-            yield from stream
-        except grpc.RpcError as err:
-            if err.code() != grpc.StatusCode.CANCELLED:
-                raise from_rpc_error(err) from None
-        finally:
-            stream.cancel()
