@@ -40,7 +40,7 @@ ENTRY_POINT_GROUP = "ctxd.stores"
 #: Built-in plugins, registered exactly like third-party ones.
 DEFAULT_PLUGINS = (
     "plugins.lmdb_store",
-    "plugins.s3_store",
+    "plugins.s3",
     "plugins.memory_store",
     "plugins.extractive_summariser",
     "plugins.openai_summariser",

@@ -23,7 +23,7 @@ from ctxd_client import Client  # noqa: E402
 
 from tests.test_security import TOKEN, pki  # noqa: E402, F401 - fixture
 
-SERVER_ONLY = {"boto3", "openai", "mcp", "lmdb", "ctxd", "pydantic"}
+SERVER_ONLY = {"boto3", "openai", "mcp", "lmdb", "ctxd", "ctxd-sidecar", "pydantic", "anthropic"}
 
 SCRIPT = r"""
 import json, sys
@@ -232,6 +232,53 @@ def test_watch_streams_events_until_closed(client):
     assert list(stream) == [], "a cancelled watch ends quietly"
 
 
+HAS_FORMATS = "messages_json" in ctxd_client.context_pb2.AppendTurnRequest.DESCRIPTOR.fields_by_name
+needs_formats = pytest.mark.skipif(not HAS_FORMATS, reason="this API has no provider formats")
+
+
+@needs_formats
+def test_openai_messages_pass_through(client):
+    sent = [
+        {"role": "user", "content": "what is 3 squared?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "sq", "arguments": '{"n": 3}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "9"},
+        {"role": "assistant", "content": "9."},
+    ]  # fmt: skip
+    client.append_turn("oa", sent, format="openai")
+    got = client.slice("oa", format="openai", page_size=2)
+    assert [m["role"] for m in got] == ["user", "assistant", "tool", "assistant"]
+    assert got[1]["tool_calls"][0]["function"]["arguments"] == '{"n": 3}'
+    assert got.version == 1
+    client.append_turn("oa", [{"role": "user", "content": "thanks"}], format="openai")
+    delta = client.slice("oa", format="openai", since_version=1)
+    assert delta.change == "append" and delta.messages == [{"role": "user", "content": "thanks"}]
+
+
+@needs_formats
+def test_anthropic_pages_are_joined_and_system_kept(client):
+    turn = [
+        {"role": "user", "content": "look it up"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "find",
+                                            "input": {"q": "x"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "x!"},
+                                     {"type": "text", "text": "and?"}]},
+    ]  # fmt: skip
+    client.append_turn("an", turn, format="anthropic", system="be brief")
+    whole = client.slice("an", format="anthropic")
+    paged = client.slice("an", format="anthropic", page_size=1)
+    assert list(paged) == list(whole) and paged.system == whole.system
+    assert [m["role"] for m in whole] == ["user", "assistant", "user"]
+    assert any(b.get("text") == "be brief" for b in whole.system)
+    with pytest.raises(ctxd_client.CtxdError, match="Anthropic"):
+        client.append_turn("an", turn, format="openai", system="nope")
+    with pytest.raises(ctxd_client.InvalidArgument) as bad:
+        client.append_turn(
+            "an", [{"role": "user", "content": [{"type": "image"}]}], format="anthropic"
+        )
+    assert bad.value.field_violations[0].field.startswith("messages_json[0]")
+
+
 # -- errors ------------------------------------------------------------------------------
 def test_errors_are_typed_and_carry_their_details(start_sidecar):
     sc = start_sidecar("memory://", memory__max_value_bytes=64)
@@ -248,13 +295,9 @@ def test_errors_are_typed_and_carry_their_details(start_sidecar):
         assert big.value.quota_violations
         with pytest.raises(ctxd_client.FailedPrecondition):
             c.delete("root")
-        with pytest.raises(ctxd_client.CtxdError, match="provider formats"):
-            if (
-                "messages_json"
-                in ctxd_client.context_pb2.GetContextResponse.DESCRIPTOR.fields_by_name
-            ):
-                pytest.skip("this API has provider formats")
-            c.slice("e", format="openai")
+        if not HAS_FORMATS:
+            with pytest.raises(ctxd_client.CtxdError, match="provider formats"):
+                c.slice("e", format="openai")
         c.append_turn("e", [{"user": {"text": "quiet"}}])
         with pytest.raises(ctxd_client.DeadlineExceeded):
             list(c.watch("e", timeout=0.5))

@@ -17,10 +17,22 @@ class CompactionObserver(Protocol):
         ok, failed or declined."""
 
 
+class StoreObserver(Protocol):
+    """Told of every store call :class:`sidecar.core.storage.Storage` makes."""
+
+    def store_op(self, backend: str, op: str, seconds: float, error_kind: str | None) -> None:
+        """``op`` on ``backend`` took ``seconds``; ``error_kind`` is ``"full"``,
+        ``"unavailable"`` or ``"error"`` when the store failed, else ``None``
+        (a failed precondition is an answer, not a failure)."""
+
+
 class NullObserver:
     """Observes nothing."""
 
     def compaction(self, trigger: str, result: str) -> None:
+        pass
+
+    def store_op(self, backend: str, op: str, seconds: float, error_kind: str | None) -> None:
         pass
 
 

@@ -88,7 +88,9 @@ def memory_backend(config: Config, storage: Storage) -> MemoryBackend:
 async def build(config: Config, pm: pluggy.PluginManager) -> Domain:
     """Open the configured store and build every domain service over it."""
     store = await asyncio.to_thread(open_store, config.store, pm)
-    storage = Storage(store, prefix=config.prefix, instance=config.instance)
+    storage = Storage(
+        store, prefix=config.prefix, instance=config.instance, observer=metrics.PrometheusObserver()
+    )
     contexts = ContextService(config.contexts, storage, archive_ttl=config.compaction.archive_ttl)
     catalogue = SkillCatalogue(config.skills)
     prompts = PromptAssembler(config.prompt, catalogue)

@@ -104,10 +104,14 @@ class _Verbs:
         model_window: int = 0,
         task: str = "",
         format: str = "ctxd",
+        system: str | list | None = None,
         timeout: float | None = None,
     ) -> pb.AppendTurnResponse:
         """Appends one turn; retried on UNAVAILABLE under one idempotency key
-        (generated when not given), so a retry never appends twice."""
+        (generated when not given), so a retry never appends twice.
+
+        ``format="openai"``/``"anthropic"`` passes provider messages through as
+        JSON (``system``: Anthropic's system argument, sent when it is new)."""
         return self._run(
             ops.append_turn(
                 context_id,
@@ -119,6 +123,7 @@ class _Verbs:
                 model_window=model_window,
                 task=task,
                 format=format,
+                system=system,
             ),
             timeout,
         )
@@ -131,10 +136,14 @@ class _Verbs:
         format: str = "ctxd",
         consistency: int | str | None = None,
         page_size: int = 0,
+        cache_breakpoint: bool = False,
         timeout: float | None = None,
     ) -> ops.SliceMessages | ops.SliceDelta:
         """The slice to send to a model, every page; with ``since_version``
-        a SliceDelta saying whether to append or replace what the caller holds."""
+        a SliceDelta saying whether to append or replace what the caller holds.
+
+        With a provider ``format`` the messages are that provider's dicts (pages
+        joined as the API says) and ``.system`` Anthropic's system blocks."""
         return self._run(
             ops.slice_(
                 context_id,
@@ -142,6 +151,7 @@ class _Verbs:
                 format=format,
                 consistency=consistency,
                 page_size=page_size,
+                cache_breakpoint=cache_breakpoint,
             ),
             timeout,
         )

@@ -121,6 +121,7 @@ def append_turn(
     model_window: int = 0,
     task: str = "",
     format: str = "ctxd",
+    system: str | list | None = None,
 ) -> Op:
     req = pb.AppendTurnRequest(
         context_id=context_id,
@@ -132,6 +133,8 @@ def append_turn(
     )
     if expected_version is not None:
         req.expected_version = expected_version
+    if system is not None and format != "anthropic":
+        raise CtxdError('system is the Anthropic system argument: use it with format="anthropic"')
     if format == "ctxd":
         req.messages.extend(to_pb(m, pb.Message) for m in messages)
     else:
@@ -140,6 +143,10 @@ def append_turn(
             raise CtxdError("this sidecar's API has no provider formats (messages_json)")
         req.messages_json = messages if isinstance(messages, str) else json.dumps(list(messages))
         req.format = value  # type: ignore[attr-defined]
+        if system is not None:
+            if not _has(pb.AppendTurnRequest, "system_json"):
+                raise CtxdError("this sidecar's API has no system_json on AppendTurn")
+            req.system_json = json.dumps(system)  # a str or a list of text blocks
     # Retried on UNAVAILABLE: the idempotency key makes a repeat append nothing.
     return (yield Call(CONTEXT, "AppendTurn", req, retry=True))
 
@@ -195,6 +202,7 @@ def slice_(
     format: str = "ctxd",
     consistency: int | str | None = None,
     page_size: int = 0,
+    cache_breakpoint: bool = False,
 ) -> Op:
     req = pb.GetContextRequest(
         context_id=context_id,
@@ -208,6 +216,8 @@ def slice_(
         if not has:
             raise CtxdError("this sidecar's API has no provider formats (messages_json)")
         req.format = value  # type: ignore[attr-defined]
+        if cache_breakpoint and _has(pb.GetContextRequest, "cache_breakpoint"):
+            req.cache_breakpoint = True  # type: ignore[attr-defined]
     if since_version is not None:
         req.since_version = since_version
     pages = yield from _paged_context(req)
@@ -217,15 +227,31 @@ def slice_(
         if format == "ctxd":
             messages.extend(page.slice)
         else:
-            messages.extend(json.loads(page.messages_json or "[]"))
+            _join(format, messages, json.loads(page.messages_json or "[]"))
             if page.system_json:
-                system = json.loads(page.system_json)
+                blocks = _blocks(json.loads(page.system_json))
+                system = blocks if system is None else system + blocks
     version = pages[0].info.version
     if since_version is not None:
         return SliceDelta(_CHANGE.get(pages[0].change, "replace"), version, messages, system)
     out = SliceMessages(messages)
     out.version, out.system = version, system
     return out
+
+
+def _blocks(content: Any) -> list:
+    return [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+
+
+def _join(format: str, held: list, page: list) -> None:
+    """Appends a page of provider messages; an Anthropic user message that
+    continues a user message across a page boundary is merged into it."""
+    if format == "anthropic" and held and page:
+        last, first = held[-1], page[0]
+        if last.get("role") == first.get("role") == "user":
+            held[-1] = {**last, "content": _blocks(last["content"]) + _blocks(first["content"])}
+            page = page[1:]
+    held.extend(page)
 
 
 def list_contexts(

@@ -120,6 +120,23 @@ function getField(msg: object, schema: DescMessage, name: string): string {
   return field ? String((msg as Record<string, unknown>)[field.localName] ?? "") : "";
 }
 
+type Provided = { role?: unknown; content?: unknown };
+
+function blocks(content: unknown): unknown[] {
+  return typeof content === "string" ? [{ type: "text", text: content }] : (content as unknown[]);
+}
+
+// Anthropic pages: a user message continuing a user message is merged into it.
+function joinPage(format: ProviderFormat, held: unknown[], page: unknown[]): void {
+  const last = held[held.length - 1] as Provided | undefined;
+  const first = page[0] as Provided | undefined;
+  if (format === "anthropic" && last?.role === "user" && first?.role === "user") {
+    held[held.length - 1] = { ...last, content: [...blocks(last.content), ...blocks(first.content)] };
+    page = page.slice(1);
+  }
+  held.push(...page);
+}
+
 const DEFAULT_RETRY: RetryOptions = { attempts: 8, initialBackoffMs: 100, maxBackoffMs: 4000 };
 const PAGE_RESTARTS = 3;
 
@@ -213,9 +230,18 @@ export class CtxdClient {
     contextId: string,
     format: ProviderFormat,
     messages: unknown[],
-    options: { idempotencyKey?: string; expectedVersion?: number | bigint; model?: string } & Call = {},
+    options: {
+      idempotencyKey?: string;
+      expectedVersion?: number | bigint;
+      model?: string;
+      /** Anthropic's ``system`` argument (a string or text blocks), sent when it is new. */
+      system?: unknown;
+    } & Call = {},
   ): Promise<pb.AppendTurnResponse> {
     const value = providerFormat(format, pb.AppendTurnRequestSchema, "messages_json");
+    if (options.system !== undefined && format !== "anthropic") {
+      throw new CtxdError('system is the Anthropic system argument: use it with format "anthropic"');
+    }
     const req = create(pb.AppendTurnRequestSchema, {
       contextId,
       idempotencyKey: options.idempotencyKey ?? randomUUID(),
@@ -224,6 +250,9 @@ export class CtxdClient {
     });
     setField(req, pb.AppendTurnRequestSchema, "messages_json", JSON.stringify(messages));
     setField(req, pb.AppendTurnRequestSchema, "format", value);
+    if (options.system !== undefined) {
+      setField(req, pb.AppendTurnRequestSchema, "system_json", JSON.stringify(options.system));
+    }
     return this.unary((o) => this.contexts.appendTurn(req, o), options, true);
   }
 
@@ -231,7 +260,7 @@ export class CtxdClient {
   async providerSlice(
     contextId: string,
     format: ProviderFormat,
-    options: { sinceVersion?: number | bigint; pageSize?: number } & Call = {},
+    options: { sinceVersion?: number | bigint; pageSize?: number; cacheBreakpoint?: boolean } & Call = {},
   ): Promise<ProviderSlice> {
     const value = providerFormat(format, pb.GetContextResponseSchema, "messages_json");
     const init: Record<string, unknown> = {
@@ -242,13 +271,16 @@ export class CtxdClient {
     };
     const field = pb.GetContextRequestSchema.fields.find((f) => f.name === "format");
     if (field) init[field.localName] = value;
+    const breakpoint = pb.GetContextRequestSchema.fields.find((f) => f.name === "cache_breakpoint");
+    if (breakpoint && options.cacheBreakpoint) init[breakpoint.localName] = true;
     const pages = await this.pages(init as MessageInitShape<typeof pb.GetContextRequestSchema>, options);
     const messages: unknown[] = [];
     let system: unknown = undefined;
     for (const page of pages) {
-      messages.push(...(JSON.parse(getField(page, pb.GetContextResponseSchema, "messages_json") || "[]") as unknown[]));
+      const got = JSON.parse(getField(page, pb.GetContextResponseSchema, "messages_json") || "[]") as unknown[];
+      joinPage(format, messages, got);
       const sys = getField(page, pb.GetContextResponseSchema, "system_json");
-      if (sys) system = JSON.parse(sys);
+      if (sys) system = [...((system as unknown[] | undefined) ?? []), ...blocks(JSON.parse(sys))];
     }
     const out: ProviderSlice = { version: pages[0].info?.version ?? 0n, messages, system };
     if (options.sinceVersion !== undefined) out.change = CHANGES[pages[0].change] ?? "replace";

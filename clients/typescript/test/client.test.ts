@@ -129,3 +129,24 @@ test("provider formats are refused clearly by an API without them", async (t) =>
     /no provider formats/,
   );
 });
+
+test("provider formats pass OpenAI and Anthropic JSON through", async (t) => {
+  if (!pb.AppendTurnRequestSchema.fields.some((f) => f.name === "messages_json")) {
+    t.skip("this API has no provider formats");
+    return;
+  }
+  const cid = `${run}-oa`;
+  const sent = [
+    { role: "user", content: "hi" },
+    { role: "assistant", content: "hello" },
+  ];
+  await client.appendProviderTurn(cid, "openai", sent);
+  const got = await client.providerSlice(cid, "openai", { pageSize: 1 });
+  assert.deepEqual(got.messages, sent);
+  const an = `${run}-an`;
+  await client.appendProviderTurn(an, "anthropic", [{ role: "user", content: "hi" }], { system: "be brief" });
+  const whole = await client.providerSlice(an, "anthropic");
+  assert.ok((whole.system as { text?: string }[]).some((b) => b.text === "be brief"));
+  await client.delete(cid);
+  await client.delete(an);
+});

@@ -99,7 +99,7 @@ class ContextStore:
         self.idem_cap = idem_cap
         #: How long folded messages stay stored (0: deleted with their segment).
         self.archive_ttl_ms = archive_ttl_ms
-        self.remote = not storage.store.inline_reads
+        self.remote = not storage.inline_reads
 
     # -- helpers -------------------------------------------------------------------
     async def _bounded(self, jobs: Iterable[Callable[[], Awaitable[T]]]) -> list[T]:
