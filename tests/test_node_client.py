@@ -1,38 +1,41 @@
-"""A non-Python runtime (Node.js, @grpc/grpc-js) drives a real sidecar."""
+"""A non-Python runtime (Node.js, the ctxd-client package) drives a real sidecar,
+on a store that already holds keys of its own."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
-CLIENT = Path(__file__).resolve().parent.parent / "examples" / "node-client"
+from sidecar.api.ctxd.v1 import context_pb2, memory_pb2
+from tests.node_helpers import ROOT, TS_CLIENT, npm_ci, require_node_and_npm
 
-pytestmark = pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is not installed")
+require_node_and_npm()
+
+CLIENT = ROOT / "examples" / "node-client"
 
 
 @pytest.fixture(scope="module")
-def node_modules():
-    if not (CLIENT / "node_modules" / "@grpc" / "grpc-js").exists():
-        subprocess.run(
-            ["npm", "ci", "--no-audit", "--no-fund"],
-            cwd=CLIENT,
-            check=True,
-            capture_output=True,
-            timeout=300,
-        )
-    return CLIENT / "node_modules"
+def installed():
+    npm_ci(TS_CLIENT)  # builds the package the example links to
+    npm_ci(CLIENT)
 
 
 @pytest.mark.parametrize("backend", ["lmdb", "s3"])
 def test_node_client_appends_compacts_and_uses_memory(
-    node_modules, start_sidecar, store_uri_for, backend
+    installed, start_sidecar, store_uri_for, backend
 ):
     sc = start_sidecar(store_uri_for(backend))
+    # What the README's buf curl examples write: the example must not trip over them.
+    sc.memory.Set(memory_pb2.SetRequest(key="user/name", value_json='"Ada"'), timeout=10)
+    sc.contexts.AppendTurn(
+        context_pb2.AppendTurnRequest(
+            context_id="demo", messages=[context_pb2.Message(user={"text": "hello"})]
+        ),
+        timeout=10,
+    )
     proc = subprocess.run(
         ["node", "client.js"],
         cwd=CLIENT,
@@ -46,3 +49,5 @@ def test_node_client_appends_compacts_and_uses_memory(
     assert result["ok"] is True
     assert int(result["compaction"]["folded"]) > 0
     assert result["appended"]["version"] == "10"
+    listed = sc.memory.List(memory_pb2.ListRequest(), timeout=10).records
+    assert [r.key for r in listed] == ["user/name"], "the example leaves others' keys alone"

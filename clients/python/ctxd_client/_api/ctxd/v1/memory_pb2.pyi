@@ -1,0 +1,91 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class MemoryRecord(_message.Message):
+    __slots__ = ("key", "value_json", "version", "updated_ms", "expires_at_ms", "by")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_JSON_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_MS_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    BY_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    value_json: str
+    version: str
+    updated_ms: int
+    expires_at_ms: int
+    by: str
+    def __init__(self, key: _Optional[str] = ..., value_json: _Optional[str] = ..., version: _Optional[str] = ..., updated_ms: _Optional[int] = ..., expires_at_ms: _Optional[int] = ..., by: _Optional[str] = ...) -> None: ...
+
+class GetRequest(_message.Message):
+    __slots__ = ("key",)
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    def __init__(self, key: _Optional[str] = ...) -> None: ...
+
+class GetResponse(_message.Message):
+    __slots__ = ("record",)
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    record: MemoryRecord
+    def __init__(self, record: _Optional[_Union[MemoryRecord, _Mapping]] = ...) -> None: ...
+
+class SetRequest(_message.Message):
+    __slots__ = ("key", "value_json", "ttl_seconds", "expected_version", "create_only", "by")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_JSON_FIELD_NUMBER: _ClassVar[int]
+    TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CREATE_ONLY_FIELD_NUMBER: _ClassVar[int]
+    BY_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    value_json: str
+    ttl_seconds: int
+    expected_version: str
+    create_only: bool
+    by: str
+    def __init__(self, key: _Optional[str] = ..., value_json: _Optional[str] = ..., ttl_seconds: _Optional[int] = ..., expected_version: _Optional[str] = ..., create_only: _Optional[bool] = ..., by: _Optional[str] = ...) -> None: ...
+
+class SetResponse(_message.Message):
+    __slots__ = ("record",)
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    record: MemoryRecord
+    def __init__(self, record: _Optional[_Union[MemoryRecord, _Mapping]] = ...) -> None: ...
+
+class DeleteRequest(_message.Message):
+    __slots__ = ("key", "expected_version")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    expected_version: str
+    def __init__(self, key: _Optional[str] = ..., expected_version: _Optional[str] = ...) -> None: ...
+
+class DeleteResponse(_message.Message):
+    __slots__ = ("deleted",)
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: bool
+    def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
+
+class ListRequest(_message.Message):
+    __slots__ = ("prefix", "limit", "page_token", "include_values")
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_VALUES_FIELD_NUMBER: _ClassVar[int]
+    prefix: str
+    limit: int
+    page_token: str
+    include_values: bool
+    def __init__(self, prefix: _Optional[str] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ..., include_values: _Optional[bool] = ...) -> None: ...
+
+class ListResponse(_message.Message):
+    __slots__ = ("records", "next_page_token")
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedCompositeFieldContainer[MemoryRecord]
+    next_page_token: str
+    def __init__(self, records: _Optional[_Iterable[_Union[MemoryRecord, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

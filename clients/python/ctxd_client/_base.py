@@ -1,0 +1,385 @@
+"""What both clients share: channel set-up (TLS, token), retry policy, and the
+verbs themselves, written once over ``_run`` (sync in Client, async in
+AsyncClient)."""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from ctxd_client import _ops as ops
+from ctxd_client._api.ctxd.v1 import context_pb2 as pb
+from ctxd_client._api.ctxd.v1 import context_pb2_grpc, memory_pb2_grpc
+from ctxd_client._api.ctxd.v1 import memory_pb2 as mpb
+
+DEFAULT_ADDRESS = "127.0.0.1:50051"
+DEFAULT_TIMEOUT = 10.0
+
+#: Reconnect quickly after a sidecar restart instead of gRPC's default 1 s+ back-off.
+CHANNEL_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Bounded retries on UNAVAILABLE, for calls that are safe to repeat
+    (AppendTurn with its idempotency key, and reads)."""
+
+    attempts: int = 8
+    initial_backoff: float = 0.1
+    max_backoff: float = 4.0
+
+    def delay(self, attempt: int) -> float:
+        base = min(self.max_backoff, self.initial_backoff * (2**attempt))
+        return base * random.uniform(0.5, 1.0)
+
+
+DEFAULT_RETRY = Retry()
+
+
+def _read(value: bytes | str | os.PathLike | None) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    return Path(value).read_bytes()
+
+
+def channel_args(
+    address: str | None,
+    *,
+    tls: bool,
+    root_ca: bytes | str | os.PathLike | None,
+    client_cert: bytes | str | os.PathLike | None,
+    client_key: bytes | str | os.PathLike | None,
+    server_name: str | None,
+) -> tuple[str, grpc.ChannelCredentials | None, list]:
+    """Target, credentials (None for plaintext) and options for a channel."""
+    target = address or os.environ.get("CTXD_ADDRESS") or DEFAULT_ADDRESS
+    options = list(CHANNEL_OPTIONS)
+    if server_name:
+        options.append(("grpc.ssl_target_name_override", server_name))
+    if not (tls or root_ca or client_cert or client_key):
+        return target, None, options
+    creds = grpc.ssl_channel_credentials(
+        root_certificates=_read(root_ca),
+        private_key=_read(client_key),
+        certificate_chain=_read(client_cert),
+    )
+    return target, creds, options
+
+
+class _Verbs:
+    """Every RPC as a typed method; subclasses provide ``_run``."""
+
+    _timeout: float | None
+    _metadata: tuple
+
+    def _stubs(self, channel) -> dict:
+        return {
+            ops.CONTEXT: context_pb2_grpc.ContextServiceStub(channel),
+            ops.MEMORY: memory_pb2_grpc.MemoryServiceStub(channel),
+        }
+
+    def _run(self, op: ops.Op, timeout: float | None) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
+    # -- contexts -------------------------------------------------------------------
+    def append_turn(
+        self,
+        context_id: str,
+        messages: Iterable[Mapping | pb.Message] | str,
+        *,
+        idempotency_key: str | None = None,
+        expected_version: int | None = None,
+        principal: str = "",
+        model: str = "",
+        model_window: int = 0,
+        task: str = "",
+        format: str = "ctxd",
+        system: str | list | None = None,
+        timeout: float | None = None,
+    ) -> pb.AppendTurnResponse:
+        """Appends one turn; retried on UNAVAILABLE under one idempotency key
+        (generated when not given), so a retry never appends twice.
+
+        ``format="openai"``/``"anthropic"`` passes provider messages through as
+        JSON (``system``: Anthropic's system argument, sent when it is new)."""
+        return self._run(
+            ops.append_turn(
+                context_id,
+                messages,
+                idempotency_key=idempotency_key,
+                expected_version=expected_version,
+                principal=principal,
+                model=model,
+                model_window=model_window,
+                task=task,
+                format=format,
+                system=system,
+            ),
+            timeout,
+        )
+
+    def slice(
+        self,
+        context_id: str,
+        *,
+        since_version: int | None = None,
+        format: str = "ctxd",
+        consistency: int | str | None = None,
+        page_size: int = 0,
+        cache_breakpoint: bool = False,
+        timeout: float | None = None,
+    ) -> ops.SliceMessages | ops.SliceDelta:
+        """The slice to send to a model, every page; with ``since_version``
+        a SliceDelta saying whether to append or replace what the caller holds.
+
+        With a provider ``format`` the messages are that provider's dicts (pages
+        joined as the API says) and ``.system`` Anthropic's system blocks."""
+        return self._run(
+            ops.slice_(
+                context_id,
+                since_version=since_version,
+                format=format,
+                consistency=consistency,
+                page_size=page_size,
+                cache_breakpoint=cache_breakpoint,
+            ),
+            timeout,
+        )
+
+    def get(
+        self,
+        context_id: str,
+        *,
+        consistency: int | str | None = None,
+        page_size: int = 0,
+        timeout: float | None = None,
+    ) -> pb.GetContextResponse:
+        """The whole record (``.context``, all messages) and ``.info``."""
+        return self._run(ops.get(context_id, consistency=consistency, page_size=page_size), timeout)
+
+    def info(
+        self, context_id: str, *, consistency: int | str | None = None, timeout: float | None = None
+    ) -> pb.ContextInfo:
+        return self._run(ops.info(context_id, consistency=consistency), timeout)
+
+    def list_contexts(
+        self,
+        *,
+        kind: int | str | None = None,
+        include_archived: bool = False,
+        page_size: int = 0,
+        timeout: float | None = None,
+    ) -> list[pb.ContextInfo]:
+        return self._run(
+            ops.list_contexts(kind=kind, include_archived=include_archived, page_size=page_size),
+            timeout,
+        )
+
+    def delete(
+        self, context_id: str, *, expected_version: int | None = None, timeout: float | None = None
+    ) -> bool:
+        return self._run(ops.delete(context_id, expected_version=expected_version), timeout)
+
+    def compact(
+        self,
+        context_id: str,
+        *,
+        keep_last: int = 0,
+        target_tokens: int = 0,
+        instructions: str = "",
+        summariser: str = "",
+        timeout: float | None = None,
+    ) -> pb.CompactResponse:
+        return self._run(
+            ops.compact(
+                context_id,
+                keep_last=keep_last,
+                target_tokens=target_tokens,
+                instructions=instructions,
+                summariser=summariser,
+            ),
+            timeout,
+        )
+
+    def plan_compaction(
+        self,
+        context_id: str,
+        *,
+        keep_last: int = 0,
+        target_tokens: int = 0,
+        timeout: float | None = None,
+    ) -> pb.PlanCompactionResponse:
+        return self._run(
+            ops.plan_compaction(context_id, keep_last=keep_last, target_tokens=target_tokens),
+            timeout,
+        )
+
+    def apply_compaction(
+        self,
+        context_id: str,
+        plan_ref: str,
+        answer: str | Mapping,
+        *,
+        timeout: float | None = None,
+    ) -> pb.ApplyCompactionResponse:
+        """``answer`` is the summariser's JSON (a dict is serialised) or plain text."""
+        return self._run(ops.apply_compaction(context_id, plan_ref, answer), timeout)
+
+    def expand_compaction(
+        self,
+        context_id: str,
+        compaction_id: str,
+        *,
+        page_size: int = 0,
+        timeout: float | None = None,
+    ) -> pb.ExpandCompactionResponse:
+        """The messages one compaction folded (all pages) and its record."""
+        return self._run(
+            ops.expand_compaction(context_id, compaction_id, page_size=page_size), timeout
+        )
+
+    def update_plan(
+        self,
+        context_id: str,
+        *,
+        create: Mapping | pb.PlanCreate | None = None,
+        update: Mapping | pb.PlanUpdate | None = None,
+        insert: Mapping | pb.PlanInsert | None = None,
+        move: Mapping | pb.PlanMove | None = None,
+        clear: bool = False,
+        expected_version: int | None = None,
+        timeout: float | None = None,
+    ) -> pb.UpdatePlanResponse:
+        """Exactly one plan operation, as a dict in the proto's shape."""
+        return self._run(
+            ops.update_plan(
+                context_id,
+                create=create,
+                update=update,
+                insert=insert,
+                move=move,
+                clear=clear,
+                expected_version=expected_version,
+            ),
+            timeout,
+        )
+
+    def report_run(
+        self,
+        context_id: str,
+        *,
+        kind: int | str,
+        id: str,
+        outcome: int | str,
+        reason: str = "",
+        timeout: float | None = None,
+    ) -> pb.ReportRunResponse:
+        """``kind`` "run"/"subagent"/"task"; ``outcome`` "succeeded"/"failed"/"cancelled"."""
+        return self._run(
+            ops.report_run(context_id, kind=kind, id=id, outcome=outcome, reason=reason), timeout
+        )
+
+    def set_preflight(
+        self,
+        context_id: str,
+        verdict: str | Mapping,
+        *,
+        expected_version: int | None = None,
+        timeout: float | None = None,
+    ) -> int:
+        return self._run(
+            ops.set_preflight(context_id, verdict, expected_version=expected_version), timeout
+        )
+
+    def list_skills(self, *, timeout: float | None = None) -> list[pb.SkillInfo]:
+        return self._run(ops.list_skills(), timeout)
+
+    def load_skill(
+        self, context_id: str, name: str, *, timeout: float | None = None
+    ) -> pb.LoadSkillResponse:
+        return self._run(ops.load_skill(context_id, name), timeout)
+
+    def unload_skill(
+        self, context_id: str, name: str, *, timeout: float | None = None
+    ) -> pb.UnloadSkillResponse:
+        return self._run(ops.unload_skill(context_id, name), timeout)
+
+    def render_prompt(
+        self, context_id: str, *, agent: str = "", timeout: float | None = None
+    ) -> pb.RenderPromptResponse:
+        return self._run(ops.render_prompt(context_id, agent=agent), timeout)
+
+    def record_usage(
+        self,
+        context_id: str,
+        *,
+        input_tokens: int,
+        output_tokens: int = 0,
+        model: str = "",
+        timeout: float | None = None,
+    ) -> pb.RecordUsageResponse:
+        return self._run(
+            ops.record_usage(
+                context_id, input_tokens=input_tokens, output_tokens=output_tokens, model=model
+            ),
+            timeout,
+        )
+
+    # -- memory ---------------------------------------------------------------------
+    def memory_get(self, key: str, *, timeout: float | None = None) -> mpb.MemoryRecord:
+        """The live record (NotFound when there is none); ``json.loads(r.value_json)``."""
+        return self._run(ops.memory_get(key), timeout)
+
+    def memory_set(
+        self,
+        key: str,
+        value: Any = None,
+        *,
+        value_json: str | None = None,
+        ttl_seconds: int = 0,
+        expected_version: str = "",
+        create_only: bool = False,
+        by: str = "",
+        timeout: float | None = None,
+    ) -> mpb.MemoryRecord:
+        """Stores ``value`` as JSON, or ``value_json`` byte for byte."""
+        return self._run(
+            ops.memory_set(
+                key,
+                value,
+                value_json=value_json,
+                ttl_seconds=ttl_seconds,
+                expected_version=expected_version,
+                create_only=create_only,
+                by=by,
+            ),
+            timeout,
+        )
+
+    def memory_delete(
+        self, key: str, *, expected_version: str = "", timeout: float | None = None
+    ) -> bool:
+        return self._run(ops.memory_delete(key, expected_version=expected_version), timeout)
+
+    def memory_list(
+        self,
+        prefix: str = "",
+        *,
+        include_values: bool = False,
+        limit: int = 0,
+        timeout: float | None = None,
+    ) -> list[mpb.MemoryRecord]:
+        """Every live record under ``prefix`` (all pages), in key order."""
+        return self._run(
+            ops.memory_list(prefix, include_values=include_values, limit=limit), timeout
+        )

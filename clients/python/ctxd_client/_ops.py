@@ -1,0 +1,456 @@
+"""Each verb once, as a generator that yields calls and receives replies.
+
+The sync and the async client drive the same generators, so paging, request
+building and feature checks are written once for both.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Generator, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.message import Message as PbMessage
+
+from ctxd_client._api.ctxd.v1 import context_pb2 as pb
+from ctxd_client._api.ctxd.v1 import memory_pb2 as mpb
+from ctxd_client.errors import Aborted, CtxdError
+
+CONTEXT = "ctxd.v1.ContextService"
+MEMORY = "ctxd.v1.MemoryService"
+#: How often a paged read starts again after a compaction invalidated its page token.
+PAGE_RESTARTS = 3
+
+
+@dataclass(frozen=True)
+class Call:
+    """One unary call: which method, what request, whether it may be retried."""
+
+    service: str
+    method: str
+    request: PbMessage
+    retry: bool = False
+
+
+Op = Generator[Call, Any, Any]
+
+
+class SliceMessages(list):
+    """The whole slice: a list of messages, with the version it reflects.
+
+    ``system`` is the provider's separate system prompt (format "anthropic");
+    None otherwise.
+    """
+
+    version: int = 0
+    system: Any = None
+
+
+@dataclass
+class SliceDelta:
+    """An incremental read: ``change`` is "none", "append" or "replace"."""
+
+    change: str
+    version: int
+    messages: list = field(default_factory=list)
+    system: Any = None
+
+
+_FORMATS = ("ctxd", "openai", "anthropic")
+_CHANGE = {
+    pb.SLICE_CHANGE_NONE: "none",
+    pb.SLICE_CHANGE_APPEND: "append",
+    pb.SLICE_CHANGE_REPLACE: "replace",
+}
+
+
+def enum_value(enum_type, prefix: str, value: int | str | None) -> int:
+    """Accepts 2, "CONTEXT_KIND_ROOT" or "root" for an enum field."""
+    if value is None:
+        return 0
+    if isinstance(value, int):
+        return value
+    name = value if value.upper().startswith(prefix) else f"{prefix}{value}"
+    try:
+        return enum_type.Value(name.upper())
+    except ValueError:
+        raise CtxdError(f"unknown {prefix.lower().rstrip('_')} {value!r}") from None
+
+
+def to_pb(value: Mapping | PbMessage, cls: type[PbMessage]) -> Any:
+    """A generated message from a dict in ctxd's shape (proto field names)."""
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, PbMessage):
+        raise CtxdError(f"expected {cls.DESCRIPTOR.name}, got {type(value).__name__}")
+    try:
+        return json_format.ParseDict(dict(value), cls())
+    except json_format.ParseError as exc:
+        raise CtxdError(f"not a {cls.DESCRIPTOR.name}: {exc}") from None
+
+
+def to_dict(message: PbMessage) -> dict:
+    """A generated message as a dict in ctxd's shape (the inverse of to_pb)."""
+    return json_format.MessageToDict(message, preserving_proto_field_name=True)
+
+
+def _has(cls: type[PbMessage], name: str) -> bool:
+    return name in cls.DESCRIPTOR.fields_by_name
+
+
+def _format_value(fmt: str) -> int:
+    if fmt not in _FORMATS:
+        raise CtxdError(f"format must be one of {', '.join(_FORMATS)}, not {fmt!r}")
+    enum = getattr(pb, "MessageFormat", None)
+    if enum is None:
+        raise CtxdError("this sidecar's API has no provider formats (MessageFormat)")
+    return enum.Value(f"MESSAGE_FORMAT_{fmt.upper()}")
+
+
+def append_turn(
+    context_id: str,
+    messages: Iterable[Mapping | PbMessage] | str,
+    *,
+    idempotency_key: str | None = None,
+    expected_version: int | None = None,
+    principal: str = "",
+    model: str = "",
+    model_window: int = 0,
+    task: str = "",
+    format: str = "ctxd",
+    system: str | list | None = None,
+) -> Op:
+    req = pb.AppendTurnRequest(
+        context_id=context_id,
+        idempotency_key=idempotency_key or uuid.uuid4().hex,
+        principal=principal,
+        model=model,
+        model_window=model_window,
+        task=task,
+    )
+    if expected_version is not None:
+        req.expected_version = expected_version
+    if system is not None and format != "anthropic":
+        raise CtxdError('system is the Anthropic system argument: use it with format="anthropic"')
+    if format == "ctxd":
+        req.messages.extend(to_pb(m, pb.Message) for m in messages)
+    else:
+        value = _format_value(format)
+        if not _has(pb.AppendTurnRequest, "messages_json"):
+            raise CtxdError("this sidecar's API has no provider formats (messages_json)")
+        req.messages_json = messages if isinstance(messages, str) else json.dumps(list(messages))
+        req.format = value  # type: ignore[attr-defined]
+        if system is not None:
+            if not _has(pb.AppendTurnRequest, "system_json"):
+                raise CtxdError("this sidecar's API has no system_json on AppendTurn")
+            req.system_json = json.dumps(system)  # a str or a list of text blocks
+    # Retried on UNAVAILABLE: the idempotency key makes a repeat append nothing.
+    return (yield Call(CONTEXT, "AppendTurn", req, retry=True))
+
+
+def _paged_context(req: pb.GetContextRequest) -> Generator[Call, Any, list]:
+    """All pages of one GetContext read; starts again if a page token goes stale."""
+    for attempt in range(PAGE_RESTARTS + 1):
+        pages: list = []
+        req.page_token = ""
+        try:
+            while True:
+                resp = yield Call(CONTEXT, "GetContext", req, retry=True)
+                pages.append(resp)
+                if not resp.next_page_token:
+                    return pages
+                req.page_token = resp.next_page_token
+        except Aborted:
+            if not pages or attempt == PAGE_RESTARTS:
+                raise
+    raise AssertionError("unreachable")
+
+
+def get(
+    context_id: str, *, consistency: int | str | None = None, page_size: int = 0
+) -> Generator[Call, Any, pb.GetContextResponse]:
+    req = pb.GetContextRequest(
+        context_id=context_id,
+        view=pb.CONTEXT_VIEW_FULL,
+        consistency=enum_value(pb.ReadConsistency, "READ_CONSISTENCY_", consistency),
+        page_size=page_size,
+    )
+    pages = yield from _paged_context(req)
+    whole = pages[0]
+    for page in pages[1:]:
+        whole.context.messages.extend(page.context.messages)
+    whole.next_page_token = ""
+    return whole
+
+
+def info(context_id: str, *, consistency: int | str | None = None) -> Op:
+    req = pb.GetContextRequest(
+        context_id=context_id,
+        view=pb.CONTEXT_VIEW_INFO,
+        consistency=enum_value(pb.ReadConsistency, "READ_CONSISTENCY_", consistency),
+    )
+    return (yield Call(CONTEXT, "GetContext", req, retry=True)).info
+
+
+def slice_(
+    context_id: str,
+    *,
+    since_version: int | None = None,
+    format: str = "ctxd",
+    consistency: int | str | None = None,
+    page_size: int = 0,
+    cache_breakpoint: bool = False,
+) -> Op:
+    req = pb.GetContextRequest(
+        context_id=context_id,
+        view=pb.CONTEXT_VIEW_SLICE,
+        consistency=enum_value(pb.ReadConsistency, "READ_CONSISTENCY_", consistency),
+        page_size=page_size,
+    )
+    if format != "ctxd":
+        value = _format_value(format)
+        has = _has(pb.GetContextRequest, "format") and _has(pb.GetContextResponse, "messages_json")
+        if not has:
+            raise CtxdError("this sidecar's API has no provider formats (messages_json)")
+        req.format = value  # type: ignore[attr-defined]
+        if cache_breakpoint and _has(pb.GetContextRequest, "cache_breakpoint"):
+            req.cache_breakpoint = True  # type: ignore[attr-defined]
+    if since_version is not None:
+        req.since_version = since_version
+    pages = yield from _paged_context(req)
+    messages: list = []
+    system = None
+    for page in pages:
+        if format == "ctxd":
+            messages.extend(page.slice)
+        else:
+            _join(format, messages, json.loads(page.messages_json or "[]"))
+            if page.system_json:
+                blocks = _blocks(json.loads(page.system_json))
+                system = blocks if system is None else system + blocks
+    version = pages[0].info.version
+    if since_version is not None:
+        return SliceDelta(_CHANGE.get(pages[0].change, "replace"), version, messages, system)
+    out = SliceMessages(messages)
+    out.version, out.system = version, system
+    return out
+
+
+def _blocks(content: Any) -> list:
+    return [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+
+
+def _join(format: str, held: list, page: list) -> None:
+    """Appends a page of provider messages; an Anthropic user message that
+    continues a user message across a page boundary is merged into it."""
+    if format == "anthropic" and held and page:
+        last, first = held[-1], page[0]
+        if last.get("role") == first.get("role") == "user":
+            held[-1] = {**last, "content": _blocks(last["content"]) + _blocks(first["content"])}
+            page = page[1:]
+    held.extend(page)
+
+
+def list_contexts(
+    *, kind: int | str | None = None, include_archived: bool = False, page_size: int = 0
+) -> Op:
+    req = pb.ListContextsRequest(
+        kind=enum_value(pb.ContextKind, "CONTEXT_KIND_", kind),
+        include_archived=include_archived,
+        page_size=page_size,
+    )
+    out: list = []
+    while True:
+        resp = yield Call(CONTEXT, "ListContexts", req, retry=True)
+        out.extend(resp.contexts)
+        if not resp.next_page_token:
+            return out
+        req.page_token = resp.next_page_token
+
+
+def delete(context_id: str, *, expected_version: int | None = None) -> Op:
+    req = pb.DeleteContextRequest(context_id=context_id)
+    if expected_version is not None:
+        req.expected_version = expected_version
+    return (yield Call(CONTEXT, "DeleteContext", req)).deleted
+
+
+def compact(
+    context_id: str,
+    *,
+    keep_last: int = 0,
+    target_tokens: int = 0,
+    instructions: str = "",
+    summariser: str = "",
+) -> Op:
+    req = pb.CompactRequest(
+        context_id=context_id,
+        keep_last=keep_last,
+        target_tokens=target_tokens,
+        instructions=instructions,
+        summariser=summariser,
+    )
+    return (yield Call(CONTEXT, "Compact", req))
+
+
+def plan_compaction(context_id: str, *, keep_last: int = 0, target_tokens: int = 0) -> Op:
+    req = pb.PlanCompactionRequest(
+        context_id=context_id, keep_last=keep_last, target_tokens=target_tokens
+    )
+    return (yield Call(CONTEXT, "PlanCompaction", req, retry=True))
+
+
+def apply_compaction(context_id: str, plan_ref: str, answer: str | Mapping) -> Op:
+    text = answer if isinstance(answer, str) else json.dumps(answer)
+    req = pb.ApplyCompactionRequest(context_id=context_id, plan_ref=plan_ref, answer=text)
+    return (yield Call(CONTEXT, "ApplyCompaction", req))
+
+
+def expand_compaction(context_id: str, compaction_id: str, *, page_size: int = 0) -> Op:
+    req = pb.ExpandCompactionRequest(
+        context_id=context_id, compaction_id=compaction_id, page_size=page_size
+    )
+    whole = None
+    while True:
+        resp = yield Call(CONTEXT, "ExpandCompaction", req, retry=True)
+        if whole is None:
+            whole = resp
+        else:
+            whole.messages.extend(resp.messages)
+        if not resp.next_page_token:
+            whole.next_page_token = ""
+            return whole
+        req.page_token = resp.next_page_token
+
+
+_PLAN_OPS = {
+    "create": pb.PlanCreate,
+    "update": pb.PlanUpdate,
+    "insert": pb.PlanInsert,
+    "move": pb.PlanMove,
+}
+
+
+def update_plan(
+    context_id: str,
+    *,
+    create: Mapping | pb.PlanCreate | None = None,
+    update: Mapping | pb.PlanUpdate | None = None,
+    insert: Mapping | pb.PlanInsert | None = None,
+    move: Mapping | pb.PlanMove | None = None,
+    clear: bool = False,
+    expected_version: int | None = None,
+) -> Op:
+    given = {"create": create, "update": update, "insert": insert, "move": move}
+    chosen = [k for k, v in given.items() if v is not None] + (["clear"] if clear else [])
+    if len(chosen) != 1:
+        raise CtxdError("update_plan takes exactly one of create, update, insert, move, clear")
+    req = pb.UpdatePlanRequest(context_id=context_id)
+    if clear:
+        req.clear.SetInParent()
+    else:
+        name = chosen[0]
+        getattr(req, name).CopyFrom(to_pb(given[name], _PLAN_OPS[name]))
+    if expected_version is not None:
+        req.expected_version = expected_version
+    return (yield Call(CONTEXT, "UpdatePlan", req))
+
+
+def report_run(
+    context_id: str,
+    *,
+    kind: int | str,
+    id: str,
+    outcome: int | str,
+    reason: str = "",
+) -> Op:
+    req = pb.ReportRunRequest(
+        context_id=context_id,
+        binding=pb.PlanBinding(kind=enum_value(pb.BindingKind, "BINDING_KIND_", kind), id=id),
+        outcome=enum_value(pb.RunOutcome, "RUN_OUTCOME_", outcome),
+        reason=reason,
+    )
+    return (yield Call(CONTEXT, "ReportRun", req))
+
+
+def set_preflight(
+    context_id: str, verdict: str | Mapping, *, expected_version: int | None = None
+) -> Op:
+    text = verdict if isinstance(verdict, str) else json.dumps(verdict)
+    req = pb.SetPreflightRequest(context_id=context_id, verdict_json=text)
+    if expected_version is not None:
+        req.expected_version = expected_version
+    return (yield Call(CONTEXT, "SetPreflight", req)).version
+
+
+def list_skills() -> Op:
+    return list((yield Call(CONTEXT, "ListSkills", pb.ListSkillsRequest(), retry=True)).skills)
+
+
+def load_skill(context_id: str, name: str) -> Op:
+    return (yield Call(CONTEXT, "LoadSkill", pb.LoadSkillRequest(context_id=context_id, name=name)))
+
+
+def unload_skill(context_id: str, name: str) -> Op:
+    req = pb.UnloadSkillRequest(context_id=context_id, name=name)
+    return (yield Call(CONTEXT, "UnloadSkill", req))
+
+
+def render_prompt(context_id: str, *, agent: str = "") -> Op:
+    req = pb.RenderPromptRequest(context_id=context_id, agent=agent)
+    return (yield Call(CONTEXT, "RenderPrompt", req))
+
+
+def record_usage(
+    context_id: str, *, input_tokens: int, output_tokens: int = 0, model: str = ""
+) -> Op:
+    req = pb.RecordUsageRequest(
+        context_id=context_id, input_tokens=input_tokens, output_tokens=output_tokens, model=model
+    )
+    return (yield Call(CONTEXT, "RecordUsage", req))
+
+
+def memory_get(key: str) -> Op:
+    return (yield Call(MEMORY, "Get", mpb.GetRequest(key=key), retry=True)).record
+
+
+def memory_set(
+    key: str,
+    value: Any = None,
+    *,
+    value_json: str | None = None,
+    ttl_seconds: int = 0,
+    expected_version: str = "",
+    create_only: bool = False,
+    by: str = "",
+) -> Op:
+    if value_json is None:
+        value_json = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    req = mpb.SetRequest(
+        key=key,
+        value_json=value_json,
+        ttl_seconds=ttl_seconds,
+        expected_version=expected_version,
+        create_only=create_only,
+        by=by,
+    )
+    return (yield Call(MEMORY, "Set", req)).record
+
+
+def memory_delete(key: str, *, expected_version: str = "") -> Op:
+    req = mpb.DeleteRequest(key=key, expected_version=expected_version)
+    return (yield Call(MEMORY, "Delete", req)).deleted
+
+
+def memory_list(prefix: str = "", *, include_values: bool = False, limit: int = 0) -> Op:
+    req = mpb.ListRequest(prefix=prefix, include_values=include_values, limit=limit)
+    out: list = []
+    while True:
+        resp = yield Call(MEMORY, "List", req, retry=True)
+        out.extend(resp.records)
+        if not resp.next_page_token:
+            return out
+        req.page_token = resp.next_page_token

@@ -1,0 +1,107 @@
+"""The asyncio client (grpc.aio): the same verbs as Client, awaited."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+import grpc
+
+from ctxd_client import _ops as ops
+from ctxd_client._api.ctxd.v1 import context_pb2 as pb
+from ctxd_client._base import DEFAULT_RETRY, DEFAULT_TIMEOUT, Retry, _Verbs, channel_args
+from ctxd_client._watch import AsyncWatch
+from ctxd_client.errors import CtxdError, Unavailable, from_rpc_error
+
+
+class AsyncClient(_Verbs):
+    """Like Client, but every verb is a coroutine and ``watch`` an async iterator.
+
+    Create it inside the event loop that uses it; ``await client.close()``
+    (or ``async with``).
+    """
+
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        token: str | None = None,
+        tls: bool = False,
+        root_ca: bytes | str | os.PathLike | None = None,
+        client_cert: bytes | str | os.PathLike | None = None,
+        client_key: bytes | str | os.PathLike | None = None,
+        server_name: str | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        retry: Retry = DEFAULT_RETRY,
+    ) -> None:
+        target, creds, options = channel_args(
+            address,
+            tls=tls,
+            root_ca=root_ca,
+            client_cert=client_cert,
+            client_key=client_key,
+            server_name=server_name,
+        )
+        self.address = target
+        self._channel = (
+            grpc.aio.secure_channel(target, creds, options)
+            if creds
+            else grpc.aio.insecure_channel(target, options)
+        )
+        token = token if token is not None else os.environ.get("CTXD_TOKEN")
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._timeout = timeout
+        self._retry = retry
+        self._stub = self._stubs(self._channel)
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _unary(self, call: ops.Call, timeout: float | None) -> Any:
+        method = getattr(self._stub[call.service], call.method)
+        attempts = self._retry.attempts if call.retry else 1
+        for attempt in range(attempts):
+            try:
+                return await method(call.request, timeout=timeout, metadata=self._metadata)
+            except grpc.RpcError as err:
+                exc = from_rpc_error(err)
+                if not isinstance(exc, Unavailable) or attempt == attempts - 1:
+                    raise exc from None
+            await asyncio.sleep(self._retry.delay(attempt))
+        raise AssertionError("unreachable")
+
+    async def _drive(self, op: ops.Op, timeout: float | None) -> Any:
+        timeout = self._timeout if timeout is None else timeout
+        try:
+            call = next(op)
+            while True:
+                try:
+                    reply = await self._unary(call, timeout)
+                except CtxdError as exc:
+                    call = op.throw(exc)
+                else:
+                    call = op.send(reply)
+        except StopIteration as stop:
+            return stop.value
+
+    def _run(self, op: ops.Op, timeout: float | None) -> Any:
+        return self._drive(op, timeout)
+
+    def watch(self, context_id: str, *, timeout: float | None = None) -> AsyncWatch:
+        """Events for a context, from now until cancelled (``cancel()``, or
+        leaving a ``with`` block) or ``timeout`` passes (none by default).
+        Errors arrive as CtxdError."""
+        return AsyncWatch(
+            self._stub[ops.CONTEXT].WatchContext(
+                pb.WatchContextRequest(context_id=context_id),
+                timeout=timeout,
+                metadata=self._metadata,
+            )
+        )

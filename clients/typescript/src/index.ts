@@ -1,0 +1,539 @@
+// A thin typed client for the ctxd sidecar: the same verbs as the Python client
+// (appendTurn, slice with sinceVersion, memory verbs, watch), paging followed,
+// AppendTurn retried on UNAVAILABLE under one idempotency key.
+import { randomUUID } from "node:crypto";
+import { create, fromJson, type DescMessage, type JsonObject, type MessageInitShape } from "@bufbuild/protobuf";
+import { Code, createClient, type CallOptions, type Client, type Interceptor } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import * as pb from "./gen/ctxd/v1/context_pb.js";
+import * as mpb from "./gen/ctxd/v1/memory_pb.js";
+import { CtxdError, toCtxdError } from "./errors.js";
+
+export * from "./errors.js";
+export { pb, mpb };
+
+export interface TlsOptions {
+  /** PEM of the CA that signed the sidecar's certificate. */
+  ca?: string | Buffer;
+  /** PEM client certificate and key, for mTLS. */
+  cert?: string | Buffer;
+  key?: string | Buffer;
+  /** Name to check the sidecar's certificate against, when not the host. */
+  serverName?: string;
+}
+
+export interface RetryOptions {
+  attempts: number;
+  initialBackoffMs: number;
+  maxBackoffMs: number;
+}
+
+export interface ClientOptions {
+  /** host:port; defaults to $CTXD_ADDRESS, then 127.0.0.1:50051. */
+  address?: string;
+  /** Bearer token; defaults to $CTXD_TOKEN. */
+  token?: string;
+  tls?: TlsOptions;
+  /** Deadline per call in milliseconds (default 10000). */
+  timeoutMs?: number;
+  retry?: RetryOptions;
+}
+
+export interface Call {
+  timeoutMs?: number;
+  signal?: AbortSignal;
+}
+
+export interface ToolCallInput {
+  id: string;
+  name: string;
+  arguments_json?: string;
+  argumentsJson?: string;
+}
+
+/** A message in ctxd's own shape (the proto's JSON; snake_case or camelCase names). */
+export type MessageInput =
+  | { user: { text: string; principal?: string } }
+  | { system: { text: string } }
+  | { assistant: { text?: string; tool_calls?: ToolCallInput[]; toolCalls?: ToolCallInput[] } }
+  | {
+      tool: {
+        call_id?: string;
+        callId?: string;
+        name?: string;
+        json?: string;
+        text?: string;
+        is_error?: boolean;
+        isError?: boolean;
+      };
+    }
+  | { note: { text: string } }
+  | pb.Message;
+
+export type SliceChange = "none" | "append" | "replace";
+
+/** The whole slice, and the version it reflects. */
+export interface Slice {
+  version: bigint;
+  messages: pb.Message[];
+}
+
+/** An incremental read: append ``messages`` to what you hold, or replace it. */
+export interface SliceDelta extends Slice {
+  change: SliceChange;
+}
+
+const CHANGES: Record<number, SliceChange> = {
+  [pb.SliceChange.NONE]: "none",
+  [pb.SliceChange.APPEND]: "append",
+  [pb.SliceChange.REPLACE]: "replace",
+};
+
+/** A provider's own message shape, passed through as JSON. */
+export type ProviderFormat = "openai" | "anthropic";
+
+/** The slice in a provider's shape; ``system`` is its separate system prompt (anthropic). */
+export interface ProviderSlice {
+  version: bigint;
+  messages: unknown[];
+  system: unknown;
+  change?: SliceChange;
+}
+
+// Provider formats are newer than some sidecars' API: look the fields up by name.
+function providerFormat(format: ProviderFormat, schema: DescMessage, field: string): number {
+  const e = pb.file_ctxd_v1_context.enums.find((x) => x.name === "MessageFormat");
+  const value = e?.values.find((v) => v.name === `MESSAGE_FORMAT_${format.toUpperCase()}`);
+  if (!value || !schema.fields.some((f) => f.name === field)) {
+    throw new CtxdError("this sidecar's API has no provider formats");
+  }
+  return value.number;
+}
+
+function setField(msg: object, schema: DescMessage, name: string, value: unknown): void {
+  const field = schema.fields.find((f) => f.name === name);
+  if (field) (msg as Record<string, unknown>)[field.localName] = value;
+}
+
+function getField(msg: object, schema: DescMessage, name: string): string {
+  const field = schema.fields.find((f) => f.name === name);
+  return field ? String((msg as Record<string, unknown>)[field.localName] ?? "") : "";
+}
+
+type Provided = { role?: unknown; content?: unknown };
+
+function blocks(content: unknown): unknown[] {
+  return typeof content === "string" ? [{ type: "text", text: content }] : (content as unknown[]);
+}
+
+// Anthropic pages: a user message continuing a user message is merged into it.
+function joinPage(format: ProviderFormat, held: unknown[], page: unknown[]): void {
+  const last = held[held.length - 1] as Provided | undefined;
+  const first = page[0] as Provided | undefined;
+  if (format === "anthropic" && last?.role === "user" && first?.role === "user") {
+    held[held.length - 1] = { ...last, content: [...blocks(last.content), ...blocks(first.content)] };
+    page = page.slice(1);
+  }
+  held.push(...page);
+}
+
+const DEFAULT_RETRY: RetryOptions = { attempts: 8, initialBackoffMs: 100, maxBackoffMs: 4000 };
+const PAGE_RESTARTS = 3;
+
+function toMessage(m: MessageInput): pb.Message {
+  if ("$typeName" in m) return m;
+  return fromJson(pb.MessageSchema, m as unknown as JsonObject);
+}
+
+function big(v: number | bigint | undefined): bigint | undefined {
+  return v === undefined ? undefined : BigInt(v);
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+export class CtxdClient {
+  readonly address: string;
+  readonly contexts: Client<typeof pb.ContextService>;
+  readonly memory: Client<typeof mpb.MemoryService>;
+  private readonly timeoutMs: number;
+  private readonly retryPolicy: RetryOptions;
+
+  constructor(options: ClientOptions = {}) {
+    this.address = options.address ?? process.env.CTXD_ADDRESS ?? "127.0.0.1:50051";
+    const token = options.token ?? process.env.CTXD_TOKEN;
+    const interceptors: Interceptor[] = [];
+    if (token) {
+      interceptors.push((next) => (req) => {
+        req.header.set("authorization", `Bearer ${token}`);
+        return next(req);
+      });
+    }
+    const tls = options.tls;
+    const transport = createGrpcTransport({
+      baseUrl: `${tls ? "https" : "http"}://${this.address}`,
+      interceptors,
+      nodeOptions: tls ? { ca: tls.ca, cert: tls.cert, key: tls.key, servername: tls.serverName } : {},
+    });
+    this.contexts = createClient(pb.ContextService, transport);
+    this.memory = createClient(mpb.MemoryService, transport);
+    this.timeoutMs = options.timeoutMs ?? 10_000;
+    this.retryPolicy = options.retry ?? DEFAULT_RETRY;
+  }
+
+  private opts(call: Call = {}): CallOptions {
+    return { timeoutMs: call.timeoutMs ?? this.timeoutMs, signal: call.signal };
+  }
+
+  // One unary call; retried on UNAVAILABLE when it is safe to repeat.
+  private async unary<T>(fn: (o: CallOptions) => Promise<T>, call: Call | undefined, retry: boolean): Promise<T> {
+    const attempts = retry ? this.retryPolicy.attempts : 1;
+    for (let attempt = 0; ; attempt += 1) {
+      try {
+        return await fn(this.opts(call));
+      } catch (err) {
+        const e = toCtxdError(err);
+        if (e.code !== Code.Unavailable || attempt >= attempts - 1) throw e;
+      }
+      const base = Math.min(this.retryPolicy.maxBackoffMs, this.retryPolicy.initialBackoffMs * 2 ** attempt);
+      await sleep(base * (0.5 + Math.random() / 2));
+    }
+  }
+
+  /** Appends one turn; retried on UNAVAILABLE under one idempotency key (generated when not given). */
+  appendTurn(
+    contextId: string,
+    messages: MessageInput[],
+    options: {
+      idempotencyKey?: string;
+      expectedVersion?: number | bigint;
+      principal?: string;
+      model?: string;
+      modelWindow?: number | bigint;
+      task?: string;
+    } & Call = {},
+  ): Promise<pb.AppendTurnResponse> {
+    const req = create(pb.AppendTurnRequestSchema, {
+      contextId,
+      messages: messages.map(toMessage),
+      idempotencyKey: options.idempotencyKey ?? randomUUID(),
+      expectedVersion: big(options.expectedVersion),
+      principal: options.principal,
+      model: options.model,
+      modelWindow: big(options.modelWindow),
+      task: options.task,
+    });
+    return this.unary((o) => this.contexts.appendTurn(req, o), options, true);
+  }
+
+  /** Appends a turn given in a provider's format (JSON passed through), when the sidecar has them. */
+  async appendProviderTurn(
+    contextId: string,
+    format: ProviderFormat,
+    messages: unknown[],
+    options: {
+      idempotencyKey?: string;
+      expectedVersion?: number | bigint;
+      model?: string;
+      /** Anthropic's ``system`` argument (a string or text blocks), sent when it is new. */
+      system?: unknown;
+    } & Call = {},
+  ): Promise<pb.AppendTurnResponse> {
+    const value = providerFormat(format, pb.AppendTurnRequestSchema, "messages_json");
+    if (options.system !== undefined && format !== "anthropic") {
+      throw new CtxdError('system is the Anthropic system argument: use it with format "anthropic"');
+    }
+    const req = create(pb.AppendTurnRequestSchema, {
+      contextId,
+      idempotencyKey: options.idempotencyKey ?? randomUUID(),
+      expectedVersion: big(options.expectedVersion),
+      model: options.model,
+    });
+    setField(req, pb.AppendTurnRequestSchema, "messages_json", JSON.stringify(messages));
+    setField(req, pb.AppendTurnRequestSchema, "format", value);
+    if (options.system !== undefined) {
+      setField(req, pb.AppendTurnRequestSchema, "system_json", JSON.stringify(options.system));
+    }
+    return this.unary((o) => this.contexts.appendTurn(req, o), options, true);
+  }
+
+  /** The slice in a provider's format (all pages), when the sidecar has them. */
+  async providerSlice(
+    contextId: string,
+    format: ProviderFormat,
+    options: { sinceVersion?: number | bigint; pageSize?: number; cacheBreakpoint?: boolean } & Call = {},
+  ): Promise<ProviderSlice> {
+    const value = providerFormat(format, pb.GetContextResponseSchema, "messages_json");
+    const init: Record<string, unknown> = {
+      contextId,
+      view: pb.ContextView.SLICE,
+      pageSize: options.pageSize,
+      sinceVersion: big(options.sinceVersion),
+    };
+    const field = pb.GetContextRequestSchema.fields.find((f) => f.name === "format");
+    if (field) init[field.localName] = value;
+    const breakpoint = pb.GetContextRequestSchema.fields.find((f) => f.name === "cache_breakpoint");
+    if (breakpoint && options.cacheBreakpoint) init[breakpoint.localName] = true;
+    const pages = await this.pages(init as MessageInitShape<typeof pb.GetContextRequestSchema>, options);
+    const messages: unknown[] = [];
+    let system: unknown = undefined;
+    for (const page of pages) {
+      const got = JSON.parse(getField(page, pb.GetContextResponseSchema, "messages_json") || "[]") as unknown[];
+      joinPage(format, messages, got);
+      const sys = getField(page, pb.GetContextResponseSchema, "system_json");
+      if (sys) system = [...((system as unknown[] | undefined) ?? []), ...blocks(JSON.parse(sys))];
+    }
+    const out: ProviderSlice = { version: pages[0].info?.version ?? 0n, messages, system };
+    if (options.sinceVersion !== undefined) out.change = CHANGES[pages[0].change] ?? "replace";
+    return out;
+  }
+
+  // Every page of one GetContext read; starts again when a compaction made a page token stale.
+  private async pages(init: MessageInitShape<typeof pb.GetContextRequestSchema>, call?: Call) {
+    for (let attempt = 0; ; attempt += 1) {
+      const pages: pb.GetContextResponse[] = [];
+      const req = create(pb.GetContextRequestSchema, init);
+      try {
+        for (;;) {
+          const page = await this.unary((o) => this.contexts.getContext(req, o), call, true);
+          pages.push(page);
+          if (!page.nextPageToken) return pages;
+          req.pageToken = page.nextPageToken;
+        }
+      } catch (err) {
+        const e = toCtxdError(err);
+        if (e.code !== Code.Aborted || pages.length === 0 || attempt >= PAGE_RESTARTS) throw e;
+      }
+    }
+  }
+
+  /** The slice to send to a model (all pages). */
+  async slice(contextId: string, options?: { pageSize?: number } & Call): Promise<Slice>;
+  /** What changed since ``sinceVersion``: append or replace what you hold. */
+  async slice(
+    contextId: string,
+    options: { sinceVersion: number | bigint; pageSize?: number } & Call,
+  ): Promise<SliceDelta>;
+  async slice(
+    contextId: string,
+    options: { sinceVersion?: number | bigint; pageSize?: number } & Call = {},
+  ): Promise<Slice | SliceDelta> {
+    const pages = await this.pages(
+      {
+        contextId,
+        view: pb.ContextView.SLICE,
+        pageSize: options.pageSize,
+        sinceVersion: big(options.sinceVersion),
+      },
+      options,
+    );
+    const out: Slice = { version: pages[0].info?.version ?? 0n, messages: pages.flatMap((p) => p.slice) };
+    if (options.sinceVersion === undefined) return out;
+    return { ...out, change: CHANGES[pages[0].change] ?? "replace" };
+  }
+
+  /** The whole record, every message. */
+  async get(contextId: string, options: { pageSize?: number } & Call = {}): Promise<pb.Context> {
+    const pages = await this.pages({ contextId, view: pb.ContextView.FULL, pageSize: options.pageSize }, options);
+    const whole = pages[0].context ?? create(pb.ContextSchema);
+    for (const page of pages.slice(1)) whole.messages.push(...(page.context?.messages ?? []));
+    return whole;
+  }
+
+  async info(contextId: string, call?: Call): Promise<pb.ContextInfo> {
+    const req = create(pb.GetContextRequestSchema, { contextId, view: pb.ContextView.INFO });
+    const resp = await this.unary((o) => this.contexts.getContext(req, o), call, true);
+    return resp.info ?? create(pb.ContextInfoSchema);
+  }
+
+  async listContexts(
+    options: { kind?: pb.ContextKind; includeArchived?: boolean; pageSize?: number } & Call = {},
+  ): Promise<pb.ContextInfo[]> {
+    const req = create(pb.ListContextsRequestSchema, options);
+    const out: pb.ContextInfo[] = [];
+    for (;;) {
+      const page = await this.unary((o) => this.contexts.listContexts(req, o), options, true);
+      out.push(...page.contexts);
+      if (!page.nextPageToken) return out;
+      req.pageToken = page.nextPageToken;
+    }
+  }
+
+  async delete(contextId: string, options: { expectedVersion?: number | bigint } & Call = {}): Promise<boolean> {
+    const req = create(pb.DeleteContextRequestSchema, { contextId, expectedVersion: big(options.expectedVersion) });
+    return (await this.unary((o) => this.contexts.deleteContext(req, o), options, false)).deleted;
+  }
+
+  compact(
+    contextId: string,
+    options: { keepLast?: number; targetTokens?: number | bigint; instructions?: string; summariser?: string } & Call = {},
+  ): Promise<pb.CompactResponse> {
+    const req = create(pb.CompactRequestSchema, { ...options, contextId, targetTokens: big(options.targetTokens) });
+    return this.unary((o) => this.contexts.compact(req, o), options, false);
+  }
+
+  planCompaction(
+    contextId: string,
+    options: { keepLast?: number; targetTokens?: number | bigint } & Call = {},
+  ): Promise<pb.PlanCompactionResponse> {
+    const req = create(pb.PlanCompactionRequestSchema, {
+      contextId,
+      keepLast: options.keepLast,
+      targetTokens: big(options.targetTokens),
+    });
+    return this.unary((o) => this.contexts.planCompaction(req, o), options, true);
+  }
+
+  /** ``answer``: the summariser's JSON (an object is serialised) or plain text. */
+  applyCompaction(contextId: string, planRef: string, answer: string | object, call?: Call) {
+    const text = typeof answer === "string" ? answer : JSON.stringify(answer);
+    const req = create(pb.ApplyCompactionRequestSchema, { contextId, planRef, answer: text });
+    return this.unary((o) => this.contexts.applyCompaction(req, o), call, false);
+  }
+
+  /** The messages one compaction folded (all pages) and its record. */
+  async expandCompaction(
+    contextId: string,
+    compactionId: string,
+    options: { pageSize?: number } & Call = {},
+  ): Promise<pb.ExpandCompactionResponse> {
+    const req = create(pb.ExpandCompactionRequestSchema, { contextId, compactionId, pageSize: options.pageSize });
+    let whole: pb.ExpandCompactionResponse | undefined;
+    for (;;) {
+      const page = await this.unary((o) => this.contexts.expandCompaction(req, o), options, true);
+      if (whole === undefined) whole = page;
+      else whole.messages.push(...page.messages);
+      if (!page.nextPageToken) return whole;
+      req.pageToken = page.nextPageToken;
+    }
+  }
+
+  /** One plan operation, e.g. ``{ op: { case: "create", value: { goal, items } } }``. */
+  updatePlan(
+    contextId: string,
+    op: MessageInitShape<typeof pb.UpdatePlanRequestSchema>["op"],
+    options: { expectedVersion?: number | bigint } & Call = {},
+  ): Promise<pb.UpdatePlanResponse> {
+    const req = create(pb.UpdatePlanRequestSchema, { contextId, op, expectedVersion: big(options.expectedVersion) });
+    return this.unary((o) => this.contexts.updatePlan(req, o), options, false);
+  }
+
+  reportRun(
+    contextId: string,
+    binding: { kind: pb.BindingKind; id: string },
+    outcome: pb.RunOutcome,
+    options: { reason?: string } & Call = {},
+  ): Promise<pb.ReportRunResponse> {
+    const req = create(pb.ReportRunRequestSchema, { contextId, binding, outcome, reason: options.reason });
+    return this.unary((o) => this.contexts.reportRun(req, o), options, false);
+  }
+
+  async setPreflight(
+    contextId: string,
+    verdict: string | object,
+    options: { expectedVersion?: number | bigint } & Call = {},
+  ): Promise<bigint> {
+    const verdictJson = typeof verdict === "string" ? verdict : JSON.stringify(verdict);
+    const req = create(pb.SetPreflightRequestSchema, {
+      contextId,
+      verdictJson,
+      expectedVersion: big(options.expectedVersion),
+    });
+    return (await this.unary((o) => this.contexts.setPreflight(req, o), options, false)).version;
+  }
+
+  async listSkills(call?: Call): Promise<pb.SkillInfo[]> {
+    return (await this.unary((o) => this.contexts.listSkills({}, o), call, true)).skills;
+  }
+
+  loadSkill(contextId: string, name: string, call?: Call): Promise<pb.LoadSkillResponse> {
+    return this.unary((o) => this.contexts.loadSkill({ contextId, name }, o), call, false);
+  }
+
+  unloadSkill(contextId: string, name: string, call?: Call): Promise<pb.UnloadSkillResponse> {
+    return this.unary((o) => this.contexts.unloadSkill({ contextId, name }, o), call, false);
+  }
+
+  renderPrompt(contextId: string, options: { agent?: string } & Call = {}): Promise<pb.RenderPromptResponse> {
+    return this.unary((o) => this.contexts.renderPrompt({ contextId, agent: options.agent }, o), options, false);
+  }
+
+  recordUsage(
+    contextId: string,
+    usage: { inputTokens: number | bigint; outputTokens?: number | bigint; model?: string },
+    call?: Call,
+  ): Promise<pb.RecordUsageResponse> {
+    const req = create(pb.RecordUsageRequestSchema, {
+      contextId,
+      inputTokens: big(usage.inputTokens),
+      outputTokens: big(usage.outputTokens),
+      model: usage.model,
+    });
+    return this.unary((o) => this.contexts.recordUsage(req, o), call, false);
+  }
+
+  /** Events for a context until ``signal`` aborts (no deadline unless ``timeoutMs``). */
+  async *watch(contextId: string, call: Call = {}): AsyncGenerator<pb.WatchContextResponse> {
+    try {
+      for await (const event of this.contexts.watchContext({ contextId }, { signal: call.signal, timeoutMs: call.timeoutMs })) {
+        yield event;
+      }
+    } catch (err) {
+      const e = toCtxdError(err);
+      if (e.code === Code.Canceled && call.signal?.aborted) return;
+      throw e;
+    }
+  }
+
+  // -- memory ---------------------------------------------------------------------
+  /** The live record (NotFound when there is none); ``JSON.parse(r.valueJson)``. */
+  async memoryGet(key: string, call?: Call): Promise<mpb.MemoryRecord> {
+    const resp = await this.unary((o) => this.memory.get({ key }, o), call, true);
+    if (!resp.record) throw new CtxdError("reply without a record");
+    return resp.record;
+  }
+
+  /** Stores ``value`` as JSON, or ``valueJson`` byte for byte. */
+  async memorySet(
+    key: string,
+    value: unknown,
+    options: {
+      valueJson?: string;
+      ttlSeconds?: number | bigint;
+      expectedVersion?: string;
+      createOnly?: boolean;
+      by?: string;
+    } & Call = {},
+  ): Promise<mpb.MemoryRecord> {
+    const req = create(mpb.SetRequestSchema, {
+      key,
+      valueJson: options.valueJson ?? JSON.stringify(value),
+      ttlSeconds: big(options.ttlSeconds),
+      expectedVersion: options.expectedVersion,
+      createOnly: options.createOnly,
+      by: options.by,
+    });
+    const resp = await this.unary((o) => this.memory.set(req, o), options, false);
+    if (!resp.record) throw new CtxdError("reply without a record");
+    return resp.record;
+  }
+
+  async memoryDelete(key: string, options: { expectedVersion?: string } & Call = {}): Promise<boolean> {
+    const req = create(mpb.DeleteRequestSchema, { key, expectedVersion: options.expectedVersion });
+    return (await this.unary((o) => this.memory.delete(req, o), options, false)).deleted;
+  }
+
+  /** Every live record under ``prefix`` (all pages), in key order. */
+  async memoryList(
+    prefix = "",
+    options: { includeValues?: boolean; limit?: number } & Call = {},
+  ): Promise<mpb.MemoryRecord[]> {
+    const req = create(mpb.ListRequestSchema, { prefix, includeValues: options.includeValues, limit: options.limit });
+    const out: mpb.MemoryRecord[] = [];
+    for (;;) {
+      const page = await this.unary((o) => this.memory.list(req, o), options, true);
+      out.push(...page.records);
+      if (!page.nextPageToken) return out;
+      req.pageToken = page.nextPageToken;
+    }
+  }
+}

@@ -1,0 +1,152 @@
+// Runs against a real sidecar at $CTXD_ADDRESS (tests/test_typescript_client.py starts one).
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { Code, CtxdClient, CtxdError, pb, type MessageInput } from "../src/index.js";
+
+const client = new CtxdClient({ address: process.env.CTXD_ADDRESS });
+const run = `ts${process.pid}`;
+
+function turn(i: number): MessageInput[] {
+  const callId = `call-${i}`;
+  return [
+    { user: { text: `question ${i}: what is ${i} squared?` } },
+    { assistant: { tool_calls: [{ id: callId, name: "sq", arguments_json: `{"n":${i}}` }] } },
+    { tool: { call_id: callId, name: "sq", json: `{"r":${i * i}}` } },
+    { assistant: { text: `${i} squared is ${i * i}.` } },
+  ];
+}
+
+test("turns, whole slices and incremental slices", async () => {
+  const cid = `${run}-slice`;
+  let last;
+  for (let i = 0; i < 5; i += 1) last = await client.appendTurn(cid, turn(i), { idempotencyKey: `t${i}` });
+  assert.equal(last?.version, 5n);
+  const again = await client.appendTurn(cid, turn(4), { idempotencyKey: "t4" });
+  assert.equal(again.replayed, true);
+  const whole = await client.slice(cid, { pageSize: 3 });
+  assert.equal(whole.messages.length, 20);
+  assert.equal(whole.version, 5n);
+  assert.equal(whole.messages[0].kind.case, "user");
+  const none = await client.slice(cid, { sinceVersion: 5 });
+  assert.equal(none.change, "none");
+  await client.appendTurn(cid, [{ user: { text: "more" } }], { expectedVersion: 5 });
+  const delta = await client.slice(cid, { sinceVersion: 5 });
+  assert.equal(delta.change, "append");
+  assert.deepEqual(delta.messages.map((m) => (m.kind.case === "user" ? m.kind.value.text : "")), ["more"]);
+  const record = await client.get(cid, { pageSize: 4 });
+  assert.equal(record.messages.length, 21);
+  assert.equal((await client.info(cid)).messageCount, 21n);
+  const ids = (await client.listContexts({ kind: pb.ContextKind.CONVERSATION, pageSize: 1 })).map((c) => c.id);
+  assert.ok(ids.includes(cid));
+  assert.equal(await client.delete(cid), true);
+});
+
+test("compaction by the runtime's own model, then expanded", async () => {
+  const cid = `${run}-cmp`;
+  for (let i = 0; i < 8; i += 1) await client.appendTurn(cid, turn(i));
+  const plan = await client.planCompaction(cid, { keepLast: 4 });
+  assert.equal(plan.nothingToDo, false);
+  const applied = await client.applyCompaction(cid, plan.planRef, { goals: ["squares"], decisions: [], open: [], facts: [] });
+  assert.ok(applied.folded > 0n);
+  const expanded = await client.expandCompaction(cid, applied.compaction?.id ?? "", { pageSize: 5 });
+  assert.equal(BigInt(expanded.messages.length), applied.folded);
+  const slice = await client.slice(cid);
+  assert.equal(slice.messages[0].id, "summary");
+  await client.delete(cid);
+});
+
+test("plan, preflight, prompt and usage", async () => {
+  const cid = `${run}-plan`;
+  await client.appendTurn(cid, [{ user: { text: "plan it" } }]);
+  const created = await client.updatePlan(cid, {
+    case: "create",
+    value: { goal: "ship", items: [{ id: "a", title: "build" }] },
+  });
+  assert.equal(created.plan?.items[0].title, "build");
+  await client.updatePlan(cid, { case: "update", value: { itemId: "a", bind: { kind: pb.BindingKind.RUN, id: "r1" } } });
+  const ran = await client.reportRun(cid, { kind: pb.BindingKind.RUN, id: "r1" }, pb.RunOutcome.SUCCEEDED);
+  assert.equal(ran.itemId, "a");
+  assert.ok((await client.setPreflight(cid, { ok: true })) > ran.version);
+  assert.ok((await client.renderPrompt(cid)).prefixHash);
+  assert.ok((await client.recordUsage(cid, { inputTokens: 400 })).estTokens > 0n);
+  assert.deepEqual(await client.listSkills(), []);
+  await client.delete(cid);
+});
+
+test("memory verbs follow pages and keep values byte for byte", async () => {
+  const prefix = `${run}/`;
+  for (let i = 0; i < 5; i += 1) await client.memorySet(`${prefix}k${i}`, { i });
+  const raw = await client.memorySet(`${prefix}raw`, undefined, { valueJson: '{"n":12345678901234567890123}' });
+  assert.equal((await client.memoryGet(`${prefix}raw`)).valueJson, '{"n":12345678901234567890123}');
+  const listed = await client.memoryList(prefix, { includeValues: true, limit: 2 });
+  assert.deepEqual(listed.map((r) => r.key), [0, 1, 2, 3, 4].map((i) => `${prefix}k${i}`).concat(`${prefix}raw`));
+  await assert.rejects(client.memorySet(`${prefix}raw`, 1, { expectedVersion: "stale" }), (err: CtxdError) => err.code === Code.Aborted);
+  assert.equal(await client.memoryDelete(`${prefix}raw`, { expectedVersion: raw.version }), true);
+  await assert.rejects(client.memoryGet(`${prefix}raw`), (err: CtxdError) => err.code === Code.NotFound);
+  for (const r of listed) await client.memoryDelete(r.key);
+});
+
+test("errors carry the field the sidecar names", async () => {
+  await assert.rejects(
+    client.appendTurn(`${run}-bad`, [{ assistant: { tool_calls: [{ id: "x", name: "f", arguments_json: "{" }] } }]),
+    (err: unknown) => {
+      assert.ok(err instanceof CtxdError);
+      assert.equal(err.code, Code.InvalidArgument);
+      assert.ok(err.fieldViolations.some((v) => v.field.includes("arguments_json")), JSON.stringify(err.fieldViolations));
+      return true;
+    },
+  );
+  await assert.rejects(client.delete("root"), (err: CtxdError) => err.code === Code.FailedPrecondition);
+});
+
+test("watch streams events until aborted", async () => {
+  const cid = `${run}-watch`;
+  await client.appendTurn(cid, [{ user: { text: "first" } }]);
+  const abort = new AbortController();
+  const seen: pb.ContextEventKind[] = [];
+  const reading = (async () => {
+    for await (const event of client.watch(cid, { signal: abort.signal })) {
+      seen.push(event.kind);
+      if (seen.length === 2) abort.abort();
+    }
+  })();
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  await client.appendTurn(cid, [{ user: { text: "second" } }]);
+  await client.setPreflight(cid, { ok: 1 });
+  await reading;
+  assert.deepEqual(seen, [pb.ContextEventKind.TURN, pb.ContextEventKind.PREFLIGHT]);
+  await client.delete(cid);
+});
+
+test("provider formats are refused clearly by an API without them", async (t) => {
+  if (pb.AppendTurnRequestSchema.fields.some((f) => f.name === "messages_json")) {
+    t.skip("this API has provider formats");
+    return;
+  }
+  await assert.rejects(client.providerSlice(`${run}-fmt`, "openai"), /no provider formats/);
+  await assert.rejects(
+    client.appendProviderTurn(`${run}-fmt`, "openai", [{ role: "user", content: "hi" }]),
+    /no provider formats/,
+  );
+});
+
+test("provider formats pass OpenAI and Anthropic JSON through", async (t) => {
+  if (!pb.AppendTurnRequestSchema.fields.some((f) => f.name === "messages_json")) {
+    t.skip("this API has no provider formats");
+    return;
+  }
+  const cid = `${run}-oa`;
+  const sent = [
+    { role: "user", content: "hi" },
+    { role: "assistant", content: "hello" },
+  ];
+  await client.appendProviderTurn(cid, "openai", sent);
+  const got = await client.providerSlice(cid, "openai", { pageSize: 1 });
+  assert.deepEqual(got.messages, sent);
+  const an = `${run}-an`;
+  await client.appendProviderTurn(an, "anthropic", [{ role: "user", content: "hi" }], { system: "be brief" });
+  const whole = await client.providerSlice(an, "anthropic");
+  assert.ok((whole.system as { text?: string }[]).some((b) => b.text === "be brief"));
+  await client.delete(cid);
+  await client.delete(an);
+});
