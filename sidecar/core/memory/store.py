@@ -46,9 +46,12 @@ from sidecar.store import Item
 
 log = logging.getLogger(__name__)
 
-#: A page with values ends early rather than carry more value bytes than this
-#: (gRPC messages are capped at 16 MiB); at least one record is always returned.
-MAX_PAGE_VALUE_BYTES = 4 * 1024 * 1024
+#: A page ends early rather than carry more bytes than this, values, keys and
+#: metadata counted, so it always fits a client's default 4 MiB message limit;
+#: at least one record is always returned.
+MAX_PAGE_VALUE_BYTES = 3 * 1024 * 1024
+#: What a record costs in a reply beyond its key and value (version, times, by).
+RECORD_FRAME_BYTES = 96
 #: Retries when a concurrent write changes a record between read and write.
 MAX_WRITE_ATTEMPTS = 20
 
@@ -257,7 +260,8 @@ class StoreMemory(MemoryBackend):
                 rec = decode_record(item.value)
                 if rec is None or rec.expired(now):
                     continue
-                size = len(rec.value) if include_values else 0
+                size = (len(rec.value) if include_values else 0) + len(name.encode())
+                size += len(rec.by.encode()) + RECORD_FRAME_BYTES
                 if len(out) == limit or (out and value_bytes + size > MAX_PAGE_VALUE_BYTES):
                     more = True
                     break
