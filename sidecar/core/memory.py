@@ -47,6 +47,7 @@ from sidecar.config import MemoryConfig
 from sidecar.core.errors import Conflict, InvalidArgument, LimitExceeded, NotFound, Unavailable
 from sidecar.core.jsonvalue import validate_json
 from sidecar.core.keyindex import KeyIndex
+from sidecar.core.observe import MemoryObserver, NullObserver
 from sidecar.core.storage import Storage
 from sidecar.store import Item
 
@@ -328,6 +329,9 @@ class StoreMemory(MemoryBackend):
     ``memory/_index`` record (see :mod:`sidecar.core.keyindex`).
     """
 
+    #: Told the counters after every change (the composition root sets it).
+    observer: MemoryObserver = NullObserver()
+
     def __init__(
         self,
         config: MemoryConfig,
@@ -409,6 +413,7 @@ class StoreMemory(MemoryBackend):
             if rec.expires_at:
                 expiry[name] = rec.expires_at
         self.keys, self.total_bytes = keys, total
+        self.observer.memory_counts(self.keys, self.total_bytes)
         self.counted = True
         self._expiry = expiry
         self._heap = [(t, k) for k, t in expiry.items()]
@@ -629,6 +634,7 @@ class StoreMemory(MemoryBackend):
     def _forget(self, key: str, rec: _Stored | None) -> None:
         self.keys -= 1
         self.total_bytes -= len(rec.value) if rec is not None else 0
+        self.observer.memory_counts(self.keys, self.total_bytes)
         self._expiry.pop(key, None)
 
     # -- caps -------------------------------------------------------------------------
@@ -658,10 +664,12 @@ class StoreMemory(MemoryBackend):
                 )
         self.keys += new_keys
         self.total_bytes += new_bytes
+        self.observer.memory_counts(self.keys, self.total_bytes)
 
     def _release(self, new_keys: int, new_bytes: int) -> None:
         self.keys -= new_keys
         self.total_bytes -= new_bytes
+        self.observer.memory_counts(self.keys, self.total_bytes)
 
     @asynccontextmanager
     async def _key_lock(self, key: str) -> AsyncIterator[None]:

@@ -16,8 +16,30 @@ class CompactionObserver(Protocol):
         ok, failed or declined."""
 
 
+class MemoryObserver(Protocol):
+    def memory_counts(self, keys: int, value_bytes: int) -> None:
+        """The agent-memory counters changed (live keys, bytes of values)."""
+
+
+class ContextsObserver(Protocol):
+    def contexts_resident(self, count: int) -> None:
+        """The number of contexts held in memory changed."""
+
+    def context_tokens(self, tokens: int) -> None:
+        """A turn was committed; the context's token estimate is now ``tokens``."""
+
+
 class NullObserver:
     """Observes nothing."""
 
     def compaction(self, trigger: str, result: str) -> None:
+        pass
+
+    def memory_counts(self, keys: int, value_bytes: int) -> None:
+        pass
+
+    def contexts_resident(self, count: int) -> None:
+        pass
+
+    def context_tokens(self, tokens: int) -> None:
         pass
