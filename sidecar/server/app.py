@@ -217,10 +217,22 @@ async def open_domain(cfg: Config) -> composition.Domain:
 
 
 def _reason(exc: BaseException) -> str:
-    """The OS reason of an error (``strerror``), or its own message."""
+    """The OS reason of an error (``strerror``), or its own message.
+
+    A store error that names only the type of what it caught (the LMDB
+    plugin's "cannot open LMDB environment: Error") gets that error's reason
+    instead, without the path the library puts before it.
+    """
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror
-    return str(exc) or type(exc).__name__
+    text = str(exc) or type(exc).__name__
+    caught = exc.__cause__ or exc.__context__
+    if isinstance(exc, StoreError) and caught is not None:
+        name = type(caught).__name__
+        reason = _reason(caught).rsplit(": ", 1)[-1].strip()
+        if text.endswith(f": {name}") and reason and reason != name:
+            text = f"{text[: -len(name)]}{reason}"
+    return text
 
 
 def check_address(listen: str, setting: str) -> None:
