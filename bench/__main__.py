@@ -25,7 +25,10 @@ SUITE_MODULES: tuple[str, ...] = (
     "bench.floor_s3",
     "bench.ctxd_memory",
     "bench.ctxd_contexts",
+    "bench.ctxd_replicas",
     "bench.ctxd_compaction",
+    "bench.ctxd_ledger",
+    "bench.ctxd_index",
     "bench.ctxd_process",
     "bench.peers",
 )

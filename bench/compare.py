@@ -5,7 +5,11 @@
 * ``cmp.append_turn.<ctxd series>_vs_<peer>.h<mark>``: ctxd AppendTurn / peer
   turn at each history mark (below 1 means ctxd is faster; the note says by
   how much);
-* ``growth.<series>``: the h10 -> h10000 ratio of every ctxd and peer series;
+* ``cmp.turn.<ctxd series>_vs_<peer>.h<mark>``: a runtime's whole turn on
+  ctxd (AppendTurn + the incremental slice read) / the peer's (write the
+  turn + read the history back);
+* ``growth.<series>``: the h10 -> h10000 ratio of every ctxd and peer series
+  (n1000 -> n10000 for the key index);
 * the README's targets, each MET / MISSED / n/a.
 
 A result that is missing (suite skipped or failed, quick mode without the
@@ -35,9 +39,32 @@ PEERS: dict[str, str] = {
     "langgraph_sqlite": "peer.langgraph_sqlite.h{mark}",
     "agents_sqlite": "peer.agents_sqlite.h{mark}",
 }
+# A runtime's whole turn on ctxd: AppendTurn + the incremental slice read.
+CTXD_TURN: dict[str, str] = {
+    "lmdb": "ctxd.turn.lmdb.h{mark}",
+    "s3": "ctxd.turn.s3.h{mark}",
+}
+# The same turn on a peer: write the turn, read the history back.
+TURN_PEERS: dict[str, str] = {
+    "agents_sqlite": "peer.agents_sqlite.turn.h{mark}",
+}
+# (row prefix, ctxd series, peer series) compared mark by mark.
+COMPARISONS: tuple[tuple[str, dict[str, str], dict[str, str]], ...] = (
+    ("append_turn", CTXD_APPEND_TURN, PEERS),
+    ("turn", CTXD_TURN, TURN_PEERS),
+)
 # Series that only get a growth row.
 GROWTH_ONLY: dict[str, str] = {
-    "agents_sqlite.history_read": "peer.agents_sqlite.history_read.h{mark}",
+    "incremental.lmdb": "ctxd.get_context.incremental.lmdb.h{mark}",
+    "incremental.s3": "ctxd.get_context.incremental.s3.h{mark}",
+    "peer.agents_sqlite.history_read": "peer.agents_sqlite.history_read.h{mark}",
+    "peer.agents_sqlite.turn": "peer.agents_sqlite.turn.h{mark}",
+}
+# Key index series: growth from INDEX_FROM to INDEX_TO existing contexts.
+INDEX_FROM, INDEX_TO = 1_000, 10_000
+INDEX_GROWTH: dict[str, str] = {
+    "index.create.s3_nolist": "ctxd.index.create.s3-nolist.n{mark}",
+    "index.bytes_per_create.s3_nolist": "ctxd.index.bytes_per_create.s3-nolist.n{mark}",
 }
 
 
@@ -108,6 +135,123 @@ TARGETS: tuple[Target, ...] = (
         "x",
     ),
     Target(
+        "target.slice_read.lmdb.h10000",
+        "full slice read (every page) of 10,000 msgs (LMDB) <= 15 ms",
+        "value",
+        "ctxd.get_context.slice.lmdb.h10000",
+        "<=",
+        15.0,
+        "ms",
+    ),
+    Target(
+        "target.incremental_read.growth.lmdb",
+        "incremental read of one turn, growth 10 -> 10,000 msgs (LMDB) <= 1.15x",
+        "derived",
+        "growth.incremental.lmdb",
+        "<=",
+        1.15,
+        "x",
+    ),
+    Target(
+        "target.incremental_read.growth.s3",
+        "incremental read of one turn, growth 10 -> 10,000 msgs (S3) <= 1.15x",
+        "derived",
+        "growth.incremental.s3",
+        "<=",
+        1.15,
+        "x",
+    ),
+    Target(
+        "target.turn.vs_agents.h1000",
+        "turn + incremental read at 1,000 msgs >= 3x faster than Agents add+get_items",
+        "speedup",
+        "cmp.turn.lmdb_vs_agents_sqlite.h1000",
+        ">=",
+        3.0,
+        "x",
+    ),
+    Target(
+        "target.turn.vs_agents.h10000",
+        "turn + incremental read at 10,000 msgs >= 3x faster than Agents add+get_items",
+        "speedup",
+        "cmp.turn.lmdb_vs_agents_sqlite.h10000",
+        ">=",
+        3.0,
+        "x",
+    ),
+    Target(
+        "target.turn.growth.lmdb",
+        "turn + incremental read, growth 10 -> 10,000 msgs (LMDB) <= 1.15x",
+        "derived",
+        "growth.turn.lmdb",
+        "<=",
+        1.15,
+        "x",
+    ),
+    Target(
+        "target.turn.growth.s3",
+        "turn + incremental read, growth 10 -> 10,000 msgs (S3) <= 1.15x",
+        "derived",
+        "growth.turn.s3",
+        "<=",
+        1.15,
+        "x",
+    ),
+    Target(
+        "target.ledger.recall.extractor.c1",
+        "artifact recall after 1 compaction (extractor's truth) >= 95%",
+        "value",
+        "ctxd.ledger.recall.extractor.c1",
+        ">=",
+        95.0,
+        "%",
+    ),
+    Target(
+        "target.ledger.recall.expected.c1",
+        "artifact recall after 1 compaction (hand-listed truth) >= 95%",
+        "value",
+        "ctxd.ledger.recall.expected.c1",
+        ">=",
+        95.0,
+        "%",
+    ),
+    Target(
+        "target.ledger.recall.extractor.c3",
+        "artifact recall after 3 compactions (extractor's truth) >= 90%",
+        "value",
+        "ctxd.ledger.recall.extractor.c3",
+        ">=",
+        90.0,
+        "%",
+    ),
+    Target(
+        "target.ledger.recall.expected.c3",
+        "artifact recall after 3 compactions (hand-listed truth) >= 90%",
+        "value",
+        "ctxd.ledger.recall.expected.c3",
+        ">=",
+        90.0,
+        "%",
+    ),
+    Target(
+        "target.index.create.growth",
+        "create on S3 without LIST, p50 growth 1,000 -> 10,000 contexts <= 1.2x",
+        "derived",
+        "growth.index.create.s3_nolist",
+        "<=",
+        1.2,
+        "x",
+    ),
+    Target(
+        "target.index.bytes.growth",
+        "create on S3 without LIST, index bytes growth 1,000 -> 10,000 <= 1.2x",
+        "derived",
+        "growth.index.bytes_per_create.s3_nolist",
+        "<=",
+        1.2,
+        "x",
+    ),
+    Target(
         "target.cold_start",
         "cold start to SERVING <= 1.5 s",
         "value",
@@ -130,6 +274,7 @@ TARGETS: tuple[Target, ...] = (
 
 # Unit conversions for ``value`` targets: unit -> (dimension, size in base units).
 _UNITS: dict[str, tuple[str, float]] = {
+    "%": ("share", 0.01),
     "ns": ("time", 1e-9),
     "us": ("time", 1e-6),
     "ms": ("time", 1e-3),
@@ -158,40 +303,41 @@ def _speed_note(ratio: float) -> str:
     return f"ctxd {ratio:.2f}x slower"
 
 
-def _series_present(report: Report, pattern: str) -> bool:
-    return any(report.get(pattern.format(mark=m)) is not None for m in MARKS)
+def _series_present(report: Report, pattern: str, marks: tuple[int, ...] = MARKS) -> bool:
+    return any(report.get(pattern.format(mark=m)) is not None for m in marks)
 
 
 def add_ratios(report: Report) -> None:
     """ctxd / peer for every (ctxd series, peer) pair at every mark either side measured."""
-    for ctxd_label, ctxd_pattern in CTXD_APPEND_TURN.items():
-        for peer, peer_pattern in PEERS.items():
-            for mark in MARKS:
-                names = (ctxd_pattern.format(mark=mark), peer_pattern.format(mark=mark))
-                if all(report.get(n) is None for n in names):
-                    continue  # e.g. a mark quick mode does not run
-                row = report.add_ratio(
-                    f"cmp.append_turn.{ctxd_label}_vs_{peer}.h{mark}",
-                    *names,
-                    group=GROUP,
-                )
-                if row.p50 is not None:
-                    row.note = _speed_note(row.p50)
+    for prefix, ctxd_series, peer_series in COMPARISONS:
+        for ctxd_label, ctxd_pattern in ctxd_series.items():
+            for peer, peer_pattern in peer_series.items():
+                for mark in MARKS:
+                    names = (ctxd_pattern.format(mark=mark), peer_pattern.format(mark=mark))
+                    if all(report.get(n) is None for n in names):
+                        continue  # e.g. a mark quick mode does not run
+                    row = report.add_ratio(
+                        f"cmp.{prefix}.{ctxd_label}_vs_{peer}.h{mark}",
+                        *names,
+                        group=GROUP,
+                    )
+                    if row.p50 is not None:
+                        row.note = _speed_note(row.p50)
 
 
 def add_growth(report: Report) -> None:
-    """h10 -> h10000 growth of every series that has any result in this run."""
+    """Growth of every series that has any result in this run."""
     series = {f"append_turn.{k}": v for k, v in CTXD_APPEND_TURN.items()}
+    series.update({f"turn.{k}": v for k, v in CTXD_TURN.items()})
     series.update({f"peer.{k}": v for k, v in PEERS.items()})
-    series.update({f"peer.{k}": v for k, v in GROWTH_ONLY.items()})
-    for label, pattern in series.items():
-        if not _series_present(report, pattern):
+    series.update(GROWTH_ONLY)
+    spans = [(label, pattern, GROWTH_FROM, GROWTH_TO, MARKS) for label, pattern in series.items()]
+    spans += [(k, v, INDEX_FROM, INDEX_TO, (INDEX_FROM, INDEX_TO)) for k, v in INDEX_GROWTH.items()]
+    for label, pattern, lo, hi, marks in spans:
+        if not _series_present(report, pattern, marks):
             continue
         report.add_ratio(
-            f"growth.{label}",
-            pattern.format(mark=GROWTH_TO),
-            pattern.format(mark=GROWTH_FROM),
-            group=GROUP,
+            f"growth.{label}", pattern.format(mark=hi), pattern.format(mark=lo), group=GROUP
         )
 
 

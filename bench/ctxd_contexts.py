@@ -17,8 +17,19 @@ Rows (p50/p99 in µs):
   and the marks are measured interleaved (one turn at each in rotation).
   The growth ratio h10 -> h10000 (target <= 1.15) is derived by
   ``bench.compare`` and is also in the h10000 row's ``extra``;
+* ``ctxd.get_context.incremental.<store>.h<mark>``: right after each of those
+  turns, GetContext(SLICE) with ``since_version`` = the version held before
+  the turn (what a runtime reads to build its next prompt: just the turn);
+* ``ctxd.turn.<store>.h<mark>``: a runtime's whole turn, the AppendTurn plus
+  that incremental read (``bench.compare`` puts it next to the Agents SDK's
+  ``add_items`` + ``get_items``);
+* ``ctxd.get_context.default_client.<store>.mib<N>`` (ms): every page of the
+  slice of a context of N tool results of 1 MiB each, read by a client with
+  default channel options (4 MiB receive limit);
 * ``ctxd.get_context.slice.<store>.h10000``: GetContext(SLICE) of the 10,000-
-  message conversation (10 MB of text over gRPC);
+  message conversation, every page (default page size; 10 MB of text), and
+  ``ctxd.get_context.slice_max_page.<store>.h10000`` the same with the
+  largest page size (fewer, ~3 MiB pages: what per-page costs add);
 * ``ctxd.restore.<store>.h10000``: a fresh sidecar's first GetContext(INFO) of
   that conversation, i.e. the restore from the store (head + sealed
   segments + log tail), one fresh process per sample.
@@ -33,12 +44,12 @@ one keeps busy, so most of it happens after the measurement.
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 from collections.abc import Iterator
 
 from bench.harness import Context, Result, filesystem_of, register, result_from_samples
+from bench.moto_s3 import create_bucket, moto_server, store_uri
 from bench.procs import python_module_cmd, spawn
 
 GROUP = "contexts"
@@ -48,12 +59,27 @@ MESSAGE_BYTES = 1024
 #: Messages per AppendTurn while building history (under max_turn_messages).
 BUILD_TURN = 250
 GROWTH_BUDGET = 0.05
+#: Tool results of the big context, and the text of each (at max_message_bytes).
+BIG_RESULTS_FULL, BIG_RESULTS_QUICK = 20, 4
+BIG_RESULT = "x" * (1024 * 1024 - 64)
+DEFAULT_CLIENT_LIMIT = 4 * 1024 * 1024
+#: The largest page_size GetContext takes (pages still stop at ~3 MiB).
+MAX_PAGE_SIZE = 10_000
+#: Seconds for the background checkpoint of the big context to finish before it is read.
+SETTLE_S_FULL, SETTLE_S_QUICK = 3.0, 0.5
+#: Row kinds measured per turn: what each times.
+KINDS: dict[str, str] = {
+    "append": "AppendTurn",
+    "incremental": "GetContext(SLICE, since_version=version before the turn)",
+    "turn": "AppendTurn + GetContext(SLICE, since_version=version before the turn)",
+}
+ROW_NAMES: dict[str, str] = {
+    "append": "ctxd.append_turn.{store}.h{mark}",
+    "incremental": "ctxd.get_context.incremental.{store}.h{mark}",
+    "turn": "ctxd.turn.{store}.h{mark}",
+}
 CALL_TIMEOUT_S = 30.0
 BUCKET = "bench-contexts"
-
-
-def append_name(store: str, mark: int) -> str:
-    return f"ctxd.append_turn.{store}.h{mark}"
 
 
 def _text(tag: str) -> str:
@@ -76,7 +102,8 @@ class Bench:
         req = self.pb.AppendTurnRequest(context_id=cid, messages=messages)
         return self.stub.AppendTurn(req, timeout=CALL_TIMEOUT_S)
 
-    def build(self, cid: str, messages: int) -> None:
+    def build(self, cid: str, messages: int) -> int:
+        """Grow ``cid`` to ``messages`` messages; returns its version."""
         pair = [self.user, self.assistant]
         left = messages
         while left > 0:
@@ -86,23 +113,48 @@ class Bench:
         info = self.info(cid)
         if info.message_count != messages:
             raise RuntimeError(f"{cid} has {info.message_count} messages, expected {messages}")
+        return info.version
 
     def info(self, cid: str):
         req = self.pb.GetContextRequest(context_id=cid, view=self.pb.CONTEXT_VIEW_INFO)
         return self.stub.GetContext(req, timeout=CALL_TIMEOUT_S).info
 
-    def measure_marks(self, marks: tuple[int, ...], n: int) -> dict[int, Result]:
+    def read_since(self, cid: str, version: int):
+        req = self.pb.GetContextRequest(
+            context_id=cid, view=self.pb.CONTEXT_VIEW_SLICE, since_version=version
+        )
+        return self.stub.GetContext(req, timeout=CALL_TIMEOUT_S)
+
+    def build_tool_results(self, cid: str, results: int) -> None:
+        """A user message, then ``results`` rounds of a tool call and its 1 MiB result."""
+        pb = self.pb
+        self.turn(cid, [self.user])
+        for i in range(results):
+            call = pb.ToolCall(id=f"c{i}", name="logs", arguments_json="{}")
+            result = pb.ToolResult(call_id=f"c{i}", name="logs", text=BIG_RESULT)
+            self.turn(
+                cid,
+                [
+                    pb.Message(assistant=pb.AssistantMessage(tool_calls=[call])),
+                    pb.Message(tool=result),
+                ],
+            )
+
+    def measure_marks(self, marks: tuple[int, ...], n: int) -> dict[int, dict[str, Result]]:
         """``n`` turns at each mark, the marks interleaved (one turn each in
-        rotation) so that drift in the machine's load hits all alike."""
+        rotation) so that drift in the machine's load hits all alike; each
+        turn is followed by the incremental read a runtime makes next."""
         plan: dict[int, tuple[list[str], int]] = {}
+        held: dict[str, int] = {}
         for mark in marks:
             per_conv = max(1, math.floor(GROWTH_BUDGET * mark / 2))
             convs = [f"{self.label}-h{mark}-{i}" for i in range(math.ceil(n / per_conv))]
             for cid in convs:
-                self.build(cid, mark)
+                held[cid] = self.build(cid, mark)
             plan[mark] = (convs, per_conv)
         pair = [self.user, self.assistant]
-        samples: dict[int, list[int]] = {mark: [] for mark in marks}
+        append = self.pb.SLICE_CHANGE_APPEND
+        samples = {kind: {mark: [] for mark in marks} for kind in KINDS}
         clock = time.perf_counter_ns
         for i in range(n):
             for mark in marks:
@@ -110,24 +162,60 @@ class Bench:
                 cid = convs[i % len(convs)]
                 t0 = clock()
                 self.turn(cid, pair)
-                samples[mark].append(clock() - t0)
-        return {
-            mark: result_from_samples(
-                samples[mark],
-                name=append_name(self.label, mark),
-                group=GROUP,
-                extra={
-                    "history_messages": mark,
-                    "conversations": len(plan[mark][0]),
-                    "turns_per_conversation": plan[mark][1],
-                    "turn": "1 user + 1 assistant message, 1 KB each",
-                },
-            )
-            for mark in marks
-        }
+                t1 = clock()
+                delta = self.read_since(cid, held[cid])
+                t2 = clock()
+                if delta.change != append or len(delta.slice) != len(pair):
+                    raise RuntimeError(f"{cid}: incremental read gave {delta.change}")
+                held[cid] = delta.info.version
+                samples["append"][mark].append(t1 - t0)
+                samples["incremental"][mark].append(t2 - t1)
+                samples["turn"][mark].append(t2 - t0)
+        out: dict[int, dict[str, Result]] = {}
+        for mark in marks:
+            extra = {
+                "history_messages": mark,
+                "conversations": len(plan[mark][0]),
+                "turns_per_conversation": plan[mark][1],
+                "turn": "1 user + 1 assistant message, 1 KB each",
+            }
+            out[mark] = {
+                kind: result_from_samples(
+                    samples[kind][mark],
+                    name=ROW_NAMES[kind].format(store=self.label, mark=mark),
+                    group=GROUP,
+                    extra={**extra, "what": KINDS[kind]},
+                )
+                for kind in KINDS
+            }
+        return out
 
 
-def _sidecar_cmd(store: str, *settings: str) -> list[str]:
+def read_all(stub, cid: str, view: int, page_size: int = 0) -> list:
+    """Every page of ``view`` of ``cid``, in order (0: the default page size)."""
+    from sidecar.api.ctxd.v1 import context_pb2 as pb
+
+    req = pb.GetContextRequest(context_id=cid, view=view, page_size=page_size)
+    pages = [stub.GetContext(req, timeout=CALL_TIMEOUT_S)]
+    while pages[-1].next_page_token:
+        req = pb.GetContextRequest(
+            context_id=cid, view=view, page_size=page_size, page_token=pages[-1].next_page_token
+        )
+        pages.append(stub.GetContext(req, timeout=CALL_TIMEOUT_S))
+    return pages
+
+
+def in_ms(result: Result) -> Result:
+    """``result`` (µs) restated in ms: the unit a read of megabytes is read in."""
+    result.unit = "ms"
+    result.p50 /= 1e3
+    result.p99 = None if result.p99 is None else result.p99 / 1e3
+    for key in [k for k in result.extra if k.endswith("_us")]:
+        result.extra[key[:-3] + "_ms"] = round(result.extra.pop(key) / 1e3, 3)
+    return result
+
+
+def sidecar_cmd(store: str, *settings: str) -> list[str]:
     args = ["--store", store]
     # The workload measures appends to long histories: no automatic compaction.
     for s in ("contexts.auto_compact=false", *settings):
@@ -135,7 +223,7 @@ def _sidecar_cmd(store: str, *settings: str) -> list[str]:
     return python_module_cmd("bench.ctxd_server", *args)
 
 
-def _channel(port: str):
+def open_channel(port: str):
     import grpc
 
     channel = grpc.insecure_channel(
@@ -160,28 +248,33 @@ def _suite(ctx: Context, label: str, store: str, common: dict) -> Iterator[Resul
     biggest = max(marks)
     big_conv = f"{label}-h{biggest}-0"
 
-    with spawn(_sidecar_cmd(store)) as (_, port):
-        channel = _channel(port)
+    with spawn(sidecar_cmd(store)) as (_, port):
+        channel = open_channel(port)
         try:
             b = Bench(context_pb2_grpc.ContextServiceStub(channel), label)
             for _ in range(20):  # warm the channel and the code paths
                 b.turn(f"{label}-warmup", [b.user, b.assistant])
             results = b.measure_marks(marks, n)
-            for mark in marks:
-                res = results[mark]
-                res.extra.update(common)
-                if mark == biggest:
-                    res.extra[f"growth_vs_h{marks[0]}"] = round(res.p50 / results[marks[0]].p50, 3)
-                yield res
+            for kind in KINDS:
+                for mark in marks:
+                    res = results[mark][kind]
+                    res.extra.update(common)
+                    if mark == biggest:
+                        growth = res.p50 / results[marks[0]][kind].p50
+                        res.extra[f"growth_vs_h{marks[0]}"] = round(growth, 3)
+                    yield res
+            yield _default_client_read(ctx, b, port, label, common)
         finally:
             channel.close()
 
     # Restore: a fresh process per sample; the first GetContext restores.
     restore_ns: list[int] = []
     slice_ns: list[int] = []
+    max_page_ns: list[int] = []
+    npages: dict[int, int] = {}
     for i in range(restores):
-        with spawn(_sidecar_cmd(store)) as (_, port):
-            channel = _channel(port)
+        with spawn(sidecar_cmd(store)) as (_, port):
+            channel = open_channel(port)
             try:
                 stub = context_pb2_grpc.ContextServiceStub(channel)
                 req = pb.GetContextRequest(context_id=big_conv, view=pb.CONTEXT_VIEW_INFO)
@@ -191,21 +284,39 @@ def _suite(ctx: Context, label: str, store: str, common: dict) -> Iterator[Resul
                 if info.message_count < biggest:
                     raise RuntimeError(f"restored {info.message_count} messages")
                 if i == restores - 1:
-                    sreq = pb.GetContextRequest(context_id=big_conv, view=pb.CONTEXT_VIEW_SLICE)
-                    for _ in range(slices + 1):
-                        t0 = time.perf_counter_ns()
-                        resp = stub.GetContext(sreq, timeout=CALL_TIMEOUT_S)
-                        slice_ns.append(time.perf_counter_ns() - t0)
-                    slice_ns.pop(0)  # the first one warms up
-                    if len(resp.slice) < biggest:
-                        raise RuntimeError("slice is short")
+                    for k in range(slices + 1):
+                        for size, out in ((0, slice_ns), (MAX_PAGE_SIZE, max_page_ns)):
+                            t0 = time.perf_counter_ns()
+                            pages = read_all(stub, big_conv, pb.CONTEXT_VIEW_SLICE, size)
+                            if k:  # the first round warms up
+                                out.append(time.perf_counter_ns() - t0)
+                            npages[size] = len(pages)
+                            if sum(len(p.slice) for p in pages) < biggest:
+                                raise RuntimeError("slice is short")
             finally:
                 channel.close()
     yield result_from_samples(
         slice_ns,
         name=f"ctxd.get_context.slice.{label}.h{biggest}",
         group=GROUP,
-        extra={**common, "messages": info.message_count, "view": "CONTEXT_VIEW_SLICE"},
+        extra={
+            **common,
+            "messages": info.message_count,
+            "view": "CONTEXT_VIEW_SLICE, every page (default page size)",
+            "pages": npages[0],
+        },
+    )
+    yield result_from_samples(
+        max_page_ns,
+        name=f"ctxd.get_context.slice_max_page.{label}.h{biggest}",
+        group=GROUP,
+        ratio_to=f"ctxd.get_context.slice.{label}.h{biggest}",
+        extra={
+            **common,
+            "messages": info.message_count,
+            "view": f"CONTEXT_VIEW_SLICE, every page (page_size={MAX_PAGE_SIZE})",
+            "pages": npages[MAX_PAGE_SIZE],
+        },
     )
     yield result_from_samples(
         restore_ns,
@@ -219,6 +330,49 @@ def _suite(ctx: Context, label: str, store: str, common: dict) -> Iterator[Resul
     )
 
 
+def _default_client_read(ctx: Context, b: Bench, port: str, label: str, common: dict) -> Result:
+    """Every page of a context of 1 MiB tool results, by a client with default options."""
+    import grpc
+
+    from sidecar.api.ctxd.v1 import context_pb2_grpc
+
+    results = ctx.pick(full=BIG_RESULTS_FULL, quick=BIG_RESULTS_QUICK)
+    cid = f"{label}-tool-results"
+    b.build_tool_results(cid, results)
+    time.sleep(ctx.pick(full=SETTLE_S_FULL, quick=SETTLE_S_QUICK))  # not racing its checkpoint
+    reads = ctx.pick(full=10, quick=1)
+    channel = grpc.insecure_channel(f"127.0.0.1:{int(port)}")  # default options: 4 MiB
+    try:
+        grpc.channel_ready_future(channel).result(timeout=20)
+        stub = context_pb2_grpc.ContextServiceStub(channel)
+        samples: list[int] = []
+        for _ in range(reads + 1):
+            t0 = time.perf_counter_ns()
+            pages = read_all(stub, cid, b.pb.CONTEXT_VIEW_SLICE)
+            samples.append(time.perf_counter_ns() - t0)
+        samples.pop(0)  # the first one warms up
+    finally:
+        channel.close()
+    sizes = [p.ByteSize() for p in pages]
+    if sum(len(p.slice) for p in pages) != 1 + 2 * results or max(sizes) >= DEFAULT_CLIENT_LIMIT:
+        raise RuntimeError(f"paged read of {cid}: {len(pages)} pages of {sizes} bytes")
+    return in_ms(
+        result_from_samples(
+            samples,
+            name=f"ctxd.get_context.default_client.{label}.mib{results}",
+            group=GROUP,
+            extra={
+                **common,
+                "context": f"1 user message + {results} tool calls with 1 MiB results",
+                "client": "grpc.insecure_channel with default options (4 MiB receive)",
+                "pages": len(pages),
+                "bytes": sum(sizes),
+                "largest_page_bytes": max(sizes),
+            },
+        )
+    )
+
+
 @register(GROUP)
 def contexts_lmdb(ctx: Context) -> Iterator[Result]:
     data = ctx.tmpdir(prefix="bench-ctx-lmdb-")
@@ -228,27 +382,10 @@ def contexts_lmdb(ctx: Context) -> Iterator[Result]:
 
 @register(GROUP)
 def contexts_s3(ctx: Context) -> Iterator[Result]:
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            region_name="us-east-1",
-            aws_access_key_id="bench",
-            aws_secret_access_key="bench",
-        ).create_bucket(Bucket=BUCKET)
-        store = f"s3://{BUCKET}/ctxd?endpoint_url={endpoint}&region=us-east-1"
+    with moto_server() as endpoint:
+        create_bucket(endpoint, BUCKET)
         common = {"store": "s3 (moto ThreadedMotoServer in the bench process, real HTTP)"}
-        yield from _suite(ctx, "s3", store, common)
-    finally:
-        server.stop()
+        yield from _suite(ctx, "s3", store_uri(endpoint, BUCKET), common)
 
 
 # -- server mode ---------------------------------------------------------------------

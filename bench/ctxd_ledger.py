@@ -16,15 +16,21 @@ later compaction), with the ledger's rendered size. Goal: ≥ 95 % after
 one, ≥ 90 % after three, within the default cap.
 
 ``run()`` returns the figures (default cap); ``python -m bench.ctxd_ledger``
-prints them, and for comparison those under :data:`REFERENCE_CAP`.
+prints them, and for comparison those under :data:`REFERENCE_CAP`. In the
+suite (group ``ledger``) they are rows: ``ctxd.ledger.recall.<truth>.c<n>``
+(%, truth ``extractor`` or ``expected``) and ``ctxd.ledger.bytes.c<n>`` (B)
+after 1 and 3 compactions. The pipeline is deterministic and takes about a
+second, so quick mode runs it whole.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bench.harness import Context, Result, register
 from plugins.extractive_summariser import extract as extractive
 from sidecar.core.compaction import MessageData, ToolCallData, merge, plan_cut
 from sidecar.core.compaction.ledger import (
@@ -39,6 +45,8 @@ TRANSCRIPT = Path(__file__).parent / "transcripts" / "ops_session.json"
 KEEP_LAST = 4
 COMPACTIONS = 3
 GOALS = {1: 0.95, 3: 0.90}
+GROUP = "ledger"
+TRUTHS = ("extractor", "expected")
 #: A tighter cap reported for comparison (fewer items, same bytes).
 REFERENCE_CAP = LedgerCap(items=200, bytes=8 * 1024)
 
@@ -136,6 +144,33 @@ def run(path: Path = TRANSCRIPT, cap: LedgerCap = DEFAULT_LEDGER_CAP) -> dict[st
         for n, goal in GOALS.items()
     ) and all(r["ledger_bytes"] <= cap.bytes and r["ledger_items"] <= cap.items for r in rows)
     return figures
+
+
+def recall_name(truth: str, compactions: int) -> str:
+    return f"ctxd.ledger.recall.{truth}.c{compactions}"
+
+
+def bytes_name(compactions: int) -> str:
+    return f"ctxd.ledger.bytes.c{compactions}"
+
+
+@register(GROUP)
+def ledger_suite(ctx: Context) -> Iterator[Result]:
+    """Recall against both ground truths and the ledger's size, after 1 and 3 compactions."""
+    figures = run()
+    common = {"transcript": figures["transcript"], "keep_last": KEEP_LAST, "cap": figures["cap"]}
+    for r in figures["compactions"]:
+        if r["n"] not in GOALS:
+            continue
+        extra = {**common, "messages": r["messages"], "ledger_items": r["ledger_items"]}
+        for truth in TRUTHS:
+            yield Result(
+                recall_name(truth, r["n"]), GROUP, "%", 100.0 * r[f"recall_{truth}"], None,
+                r[f"artifacts_{truth}"], {**extra, "ground_truth": truth},
+            )  # fmt: skip
+        extra["summary_bytes"] = r["summary_bytes"]
+        extra["recall_expected_without_ledger_pct"] = 100.0 * r["recall_expected_without_ledger"]
+        yield Result(bytes_name(r["n"]), GROUP, "B", float(r["ledger_bytes"]), None, 1, extra)
 
 
 def main() -> None:

@@ -38,7 +38,10 @@ OpenAI Agents SDK ``SQLiteSession`` (``peer.agents_sqlite.h<mark>``)
     force. History is built with bulk ``add_items`` (one ``executemany``
     per batch), which is what a turn-by-turn build writes too. The Runner
     also reads the whole session (``get_items()``) at the start of each
-    turn; that read is reported as ``peer.agents_sqlite.history_read.h<mark>``.
+    turn; that read alone is reported as
+    ``peer.agents_sqlite.history_read.h<mark>``, and every measured turn is
+    followed by it, so ``peer.agents_sqlite.turn.h<mark>`` is the whole turn
+    (``add_items`` + ``get_items``), what ``ctxd.turn.*`` is compared with.
 
 Measured turns add messages, so to keep each mark honest the turns are spread
 over several conversations built to the same mark, at most ``GROWTH_BUDGET``
@@ -267,6 +270,7 @@ def agents_sqlite(ctx: Context) -> Iterator[Result]:
     async def run_mark(path: str, mark: int, n: int, warmup: int) -> dict[str, Any]:
         convs, plan = _turn_plan(mark, warmup + n)
         write_ns: list[int] = []
+        turn_ns: list[int] = []
         build_s = 0.0
         clock = time.perf_counter_ns
         turn_no = 0
@@ -283,7 +287,10 @@ def agents_sqlite(ctx: Context) -> Iterator[Result]:
                     batch = items(mark + turn_no)
                     t = clock()
                     await session.add_items(batch)
-                    write_ns.append(clock() - t)
+                    w = clock()
+                    await session.get_items()  # what the Runner reads for the next turn
+                    write_ns.append(w - t)
+                    turn_ns.append(clock() - t)
                     turn_no += 1
                 if conv == 0:
                     got = len(await session.get_items())
@@ -303,7 +310,13 @@ def agents_sqlite(ctx: Context) -> Iterator[Result]:
                 read_ns.append(clock() - t)
         finally:
             session.close()
-        return {"write": write_ns[warmup:], "read": read_ns, "convs": convs, "build_s": build_s}
+        return {
+            "write": write_ns[warmup:],
+            "turn": turn_ns[warmup:],
+            "read": read_ns,
+            "convs": convs,
+            "build_s": build_s,
+        }
 
     loop = asyncio.new_event_loop()
     try:
@@ -339,6 +352,17 @@ def agents_sqlite(ctx: Context) -> Iterator[Result]:
                     "conversations": out["convs"],
                     "build": f"add_items, {BULK_BATCH}-item batches",
                     "build_s": round(out["build_s"], 3),
+                },
+            )
+            yield result_from_samples(
+                out["turn"],
+                name=f"peer.{AGENTS}.turn.h{mark}",
+                group=GROUP,
+                extra={
+                    **common,
+                    "turn": "await session.add_items([user, assistant]); await session.get_items()",
+                    "warmup": warmup,
+                    "conversations": out["convs"],
                 },
             )
             yield result_from_samples(

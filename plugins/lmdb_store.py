@@ -28,8 +28,6 @@ from urllib.parse import unquote, urlsplit
 
 import lmdb
 
-from plugins.memory_store import content_version
-from sidecar.hookspecs import hookimpl
 from sidecar.store import (
     Capability,
     Item,
@@ -37,7 +35,10 @@ from sidecar.store import (
     Store,
     StoreError,
     StoreFull,
+    check_precondition,
+    content_version,
 )
+from sidecar.storeplugin import store_hooks
 
 DEFAULT_MAP_SIZE = 64 << 30
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -52,9 +53,15 @@ def parse_size(text: str) -> int:
 
 class LmdbStore(Store):
     name = "lmdb"
-    capabilities = frozenset({Capability.LIST, Capability.DELETE, Capability.CONDITIONAL_PUT})
-    inline_reads = True
-    async_writes = True
+    capabilities = frozenset(
+        {
+            Capability.LIST,
+            Capability.DELETE,
+            Capability.CONDITIONAL_PUT,
+            Capability.INLINE_READS,
+            Capability.ASYNC_WRITES,
+        }
+    )
     max_key_bytes = 511  # LMDB's compiled-in MDB_MAXKEYSIZE
     #: Most writes applied in one group-committed transaction.
     max_batch = 256
@@ -84,8 +91,7 @@ class LmdbStore(Store):
     # -- reads --------------------------------------------------------------
     def get(self, key: str) -> Item | None:
         with self.env.begin(buffers=False) as txn:
-            value = txn.get(key.encode())
-        return None if value is None else Item(value, content_version(value))
+            return _item(txn.get(key.encode()))
 
     def list(self, prefix, *, start_after="", limit=None) -> list[str]:
         bprefix, bafter = prefix.encode(), start_after.encode()
@@ -207,36 +213,28 @@ class LmdbStore(Store):
 
 def _put(txn, key: bytes, value: bytes, if_version: str | None, if_absent: bool) -> str:
     if if_absent or if_version is not None:
-        _check(txn.get(key), if_version, if_absent)
+        check_precondition(_item(txn.get(key)), if_version, if_absent)
     txn.put(key, value)
     return content_version(value)
 
 
 def _delete(txn, key: bytes, if_version: str | None) -> None:
     if if_version is not None:
-        _check(txn.get(key), if_version, False)
+        check_precondition(_item(txn.get(key)), if_version, False)
     txn.delete(key)
 
 
-def _check(current: bytes | None, if_version: str | None, if_absent: bool) -> None:
-    if if_absent and current is not None:
-        raise PreconditionFailed("key already exists")
-    if if_version is not None and (current is None or content_version(current) != if_version):
-        raise PreconditionFailed("version does not match")
+def _item(value: bytes | None) -> Item | None:
+    return None if value is None else Item(value, content_version(value))
 
 
-@hookimpl
-def ctxd_store_schemes() -> list[str]:
-    return ["lmdb"]
-
-
-@hookimpl
-def ctxd_open_store(scheme: str, uri: str, options: Mapping[str, str]) -> Store | None:
-    if scheme != "lmdb":
-        return None
+def _open(uri: str, options: Mapping[str, str]) -> LmdbStore:
     parts = urlsplit(uri)
     path = unquote(parts.netloc + parts.path)
     if not path:
         raise ValueError("lmdb store URI needs a path, e.g. lmdb:///var/lib/ctxd")
     map_size = parse_size(options["map_size"]) if "map_size" in options else DEFAULT_MAP_SIZE
     return LmdbStore(path, map_size=map_size)
+
+
+ctxd_store_schemes, ctxd_open_store = store_hooks("lmdb", _open, options=("map_size",))

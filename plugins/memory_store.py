@@ -3,22 +3,17 @@
 from __future__ import annotations
 
 import bisect
-import hashlib
 import threading
-from collections.abc import Mapping
 
-from sidecar.hookspecs import hookimpl
-from sidecar.store import Capability, Item, PreconditionFailed, Store
-
-
-def content_version(value: bytes) -> str:
-    return hashlib.blake2b(value, digest_size=12).hexdigest()
+from sidecar.store import Capability, Item, Store, check_precondition, content_version
+from sidecar.storeplugin import store_hooks
 
 
 class MemoryStore(Store):
     name = "memory"
-    capabilities = frozenset({Capability.LIST, Capability.DELETE, Capability.CONDITIONAL_PUT})
-    inline_reads = True
+    capabilities = frozenset(
+        {Capability.LIST, Capability.DELETE, Capability.CONDITIONAL_PUT, Capability.INLINE_READS}
+    )
 
     def __init__(self) -> None:
         self._items: dict[str, Item] = {}
@@ -32,7 +27,7 @@ class MemoryStore(Store):
         item = Item(bytes(value), content_version(value))
         with self._lock:
             current = self._items.get(key)
-            _check(current, if_version, if_absent)
+            check_precondition(current, if_version, if_absent)
             if current is None:
                 bisect.insort(self._keys, key)
             self._items[key] = item
@@ -42,7 +37,7 @@ class MemoryStore(Store):
         with self._lock:
             current = self._items.get(key)
             if if_version is not None:
-                _check(current, if_version, False)
+                check_precondition(current, if_version, False)
             if current is not None:
                 del self._items[key]
                 del self._keys[bisect.bisect_left(self._keys, key)]
@@ -63,20 +58,6 @@ class MemoryStore(Store):
             return out
 
 
-def _check(current: Item | None, if_version: str | None, if_absent: bool) -> None:
-    if if_absent and current is not None:
-        raise PreconditionFailed("key already exists")
-    if if_version is not None and (current is None or current.version != if_version):
-        raise PreconditionFailed("version does not match")
-
-
-@hookimpl
-def ctxd_store_schemes() -> list[str]:
-    return ["memory"]
-
-
-@hookimpl
-def ctxd_open_store(scheme: str, uri: str, options: Mapping[str, str]) -> Store | None:
-    if scheme != "memory":
-        return None
-    return MemoryStore()
+ctxd_store_schemes, ctxd_open_store = store_hooks(
+    "memory", lambda uri, options: MemoryStore(), options=()
+)

@@ -22,6 +22,7 @@ answers → :class:`~sidecar.core.compaction.MalformedAnswer`.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -294,4 +295,8 @@ def ctxd_check_config(config: Config) -> None:
 @hookimpl
 def ctxd_summarisers(config: Config) -> list[OpenAISummariser]:
     cfg = config.table(TABLE, OpenAIConfig)
-    return [OpenAISummariser.from_config(cfg)] if cfg.configured else []
+    if not cfg.configured:
+        return []
+    if importlib.util.find_spec("openai") is None:
+        raise ValueError(f"{TABLE} needs the openai package: pip install 'ctxd-sidecar[openai]'")
+    return [OpenAISummariser.from_config(cfg)]

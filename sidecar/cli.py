@@ -64,30 +64,45 @@ def _parser() -> argparse.ArgumentParser:
     migrate.add_argument(
         "--overwrite", action="store_true", help="replace keys the destination holds differently"
     )
+    migrate.add_argument(
+        "--dry-run", action="store_true", help="count what would be copied; write nothing"
+    )
+    migrate.add_argument("--no-progress", action="store_true", help="no progress display on stderr")
+
+    from sidecar.admin import register
+
+    register(sub)
     return p
 
 
 async def _migrate(cfg: config.Config, args: argparse.Namespace, pm) -> int:
     import json
 
+    from sidecar.admin.progress import Progress, dry_target
     from sidecar.core.errors import CtxdError
     from sidecar.core.migrate import Migration
     from sidecar.core.storage import Storage
     from sidecar.plugins import open_store
 
+    target = dry_target(args.target) if args.dry_run else args.target
     src = Storage(
         await asyncio.to_thread(open_store, args.source, pm),
         prefix=cfg.prefix,
         instance=cfg.instance,
     )
     dst = Storage(
-        await asyncio.to_thread(open_store, args.target, pm),
+        await asyncio.to_thread(open_store, target, pm),
         prefix=cfg.prefix,
         instance=cfg.instance,
     )
     try:
         report = await Migration(
-            src, dst, overwrite=args.overwrite, idem_cap=cfg.contexts.idempotency_keys
+            src,
+            dst,
+            overwrite=args.overwrite,
+            idem_cap=cfg.contexts.idempotency_keys,
+            dry_run=args.dry_run,
+            progress=None if args.no_progress else Progress(),
         ).run()
     except CtxdError as exc:
         print(f"ctxd migrate: {exc.message}", file=sys.stderr)
@@ -168,6 +183,12 @@ def _log_warnings(cfg: config.Config) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    from sidecar.admin import VERBS
+
+    if args.command in VERBS:
+        from sidecar.admin import run as run_admin
+
+        return run_admin(args)
     try:
         pm = _plugin_manager()
         if args.command == "plugins":

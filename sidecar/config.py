@@ -26,6 +26,7 @@ module holds the schema and imports nothing of the domain.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
@@ -304,6 +305,15 @@ class PromptConfig(Table):
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
+#: One key segment: what ``prefix`` and ``instance`` may be.
+NAMESPACE_SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+#: The namespaces ctxd writes under ``<prefix>/<instance>/`` (a test checks
+#: this list against the code that writes them).
+RESERVED_SEGMENTS = frozenset(
+    {"memory", "contexts", "context-log", "context-seg", "context-trash", "health"}
+)
+
+
 class Config(BaseSettings):
     """The whole configuration. ``Config()`` is the defaults (plus arguments);
     :func:`load` adds the file, the environment, flags and plugin tables."""
@@ -391,11 +401,18 @@ class Config(BaseSettings):
             raise ValueError(f"must be {', '.join(LOG_LEVELS)} or off")
         return value.upper()
 
-    @field_validator("instance")
+    @field_validator("prefix", "instance")
     @classmethod
-    def _instance_is_a_name(cls, value: str) -> str:
-        if not value or "/" in value or value in {".", ".."}:
-            raise ValueError("instance must be a non-empty name without '/'")
+    def _one_segment(cls, value: str, info) -> str:
+        """``prefix`` and ``instance`` are one key segment each, never a name
+        ctxd writes under: then no two deployments' key spaces on one bucket
+        can nest (``prefix=ctxd/default`` would read ``prefix=ctxd``'s memory)."""
+        if not NAMESPACE_SEGMENT.fullmatch(value):
+            raise ValueError(
+                "must be 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit"
+            )
+        if value in RESERVED_SEGMENTS:
+            raise ValueError(f"{value!r} is a name ctxd keeps records under; choose another")
         return value
 
     @model_validator(mode="after")

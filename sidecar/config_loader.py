@@ -27,7 +27,23 @@ if TYPE_CHECKING:
 Path = tuple[str, ...]
 
 #: ``CTXD_*`` variables that are not settings (no warning for them).
-NOT_SETTINGS = frozenset({"CTXD_CONFIG", "CTXD_CRASH_POINT", "CTXD_INDEX_PAGE_MAX"})
+#: ``CTXD_*`` variables that are not server settings: the config file's path,
+#: test hooks (sidecar.core.faults) and the admin client's connection
+#: (sidecar.admin), which may share the server container's environment.
+NOT_SETTINGS = frozenset(
+    {
+        "CTXD_CONFIG",
+        "CTXD_CRASH_POINT",
+        "CTXD_INDEX_PAGE_MAX",
+        "CTXD_ADDRESS",
+        "CTXD_TOKEN",
+        "CTXD_TOKEN_FILE",
+        "CTXD_TLS_CA_FILE",
+        "CTXD_TLS_CLIENT_CERT_FILE",
+        "CTXD_TLS_CLIENT_KEY_FILE",
+        "CTXD_TLS_SERVER_NAME",
+    }
+)
 
 
 class Layer(PydanticBaseSettingsSource):

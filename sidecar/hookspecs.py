@@ -24,7 +24,8 @@ import pluggy
 
 if TYPE_CHECKING:
     from sidecar.config import Config, ConfigTable
-    from sidecar.core.compaction import Summariser
+    from sidecar.core.compaction import MessageView, Summariser
+    from sidecar.core.contexts.archive import CompactionInfo
     from sidecar.store import Store
 
 PROJECT = "ctxd"
@@ -92,4 +93,33 @@ def ctxd_summarisers(config: Config) -> Sequence[Summariser]:
     Called once at start-up on every plugin (see
     :func:`sidecar.plugins.summarisers`); a later-registered plugin that
     offers a name already taken overrides it, with a warning.
+    """
+
+
+@hookspec
+def ctxd_redact(context_id: str, text: str) -> str | None:
+    """Rewrite text before it leaves ctxd for a summariser model.
+
+    Called for every text, tool-call arguments and tool result of the
+    messages a compaction folds, before ``Compact`` hands them to a
+    summariser plugin and before ``PlanCompaction`` puts them in the excerpt
+    for the runtime's model (e.g. mask secrets and credentials in tool
+    output). Plugins run in registration order, each seeing the previous
+    one's result; return ``None`` to leave the text as it is. The stored
+    transcript is never changed. A hook that raises is logged and skipped.
+    """
+
+
+@hookspec
+def ctxd_compacted(
+    context_id: str, compaction: CompactionInfo, kept: Sequence[MessageView]
+) -> str | None:
+    """Act after a compaction commits (the second seed's ``on_compacted``).
+
+    :param compaction: what the compaction did (its record).
+    :param kept: the messages it kept verbatim, oldest first.
+    :return: a note to append to the conversation (e.g. re-anchor the kept
+        window with the current task), or ``None``. Each note is appended as
+        a ``note`` message, one version after the compaction. A hook that
+        raises is logged; the compaction stands either way.
     """

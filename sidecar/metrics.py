@@ -1,7 +1,8 @@
 """Prometheus metrics, served on their own port (``metrics_listen``).
 
-Defined in one place so names and labels stay consistent; the domain core
-updates them through these objects (prometheus_client has no gRPC in it).
+Defined in one place so names and labels stay consistent. The domain core
+knows nothing of Prometheus: it reports to observers
+(:mod:`sidecar.core.observe`), and the Prometheus ones live here.
 """
 
 from __future__ import annotations
@@ -84,3 +85,9 @@ class PrometheusObserver:
 
     def context_tokens(self, tokens: int) -> None:
         CONTEXT_TOKENS.observe(tokens)
+
+    def store_op(self, backend: str, op: str, seconds: float, error_kind: str | None) -> None:
+        """As ``ctxd_store_operation_seconds`` and ``ctxd_store_errors_total``."""
+        if error_kind is not None:
+            STORE_ERRORS.labels(backend, op, error_kind).inc()
+        STORE_LATENCY.labels(backend, op).observe(seconds)

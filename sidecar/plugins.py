@@ -40,7 +40,7 @@ ENTRY_POINT_GROUP = "ctxd.stores"
 #: Built-in plugins, registered exactly like third-party ones.
 DEFAULT_PLUGINS = (
     "plugins.lmdb_store",
-    "plugins.s3_store",
+    "plugins.s3",
     "plugins.memory_store",
     "plugins.extractive_summariser",
     "plugins.openai_summariser",
@@ -153,3 +153,40 @@ def summarisers(config: Config, pm: pluggy.PluginManager | None = None) -> dict[
             )
         out[name] = offers[-1][1]
     return out
+
+
+class PluginHooks:
+    """The compaction hooks of every plugin, as the domain calls them
+    (:class:`sidecar.core.observe.CompactionHooks`). A hook that raises is
+    logged and skipped: it never loses a compaction or a turn."""
+
+    def __init__(self, pm: pluggy.PluginManager) -> None:
+        self.pm = pm
+        self._redactors = [
+            (plugin_label(impl.plugin, impl.plugin_name), impl.function)
+            for impl in pm.hook.ctxd_redact.get_hookimpls()
+        ]
+
+    def redact(self, context_id: str, text: str) -> str:
+        for label, fn in self._redactors:
+            try:
+                out = fn(context_id=context_id, text=text)
+            except Exception as exc:  # noqa: BLE001 - a plugin's bug must not stop compaction
+                log.warning("redact hook failed", extra={"plugin": label, "error": repr(exc)})
+                continue
+            if isinstance(out, str):
+                text = out
+        return text
+
+    def compacted(self, context_id: str, compaction, kept) -> list[str]:
+        notes: list[str] = []
+        for impl in self.pm.hook.ctxd_compacted.get_hookimpls():
+            try:
+                out = impl.function(context_id=context_id, compaction=compaction, kept=kept)
+            except Exception as exc:  # noqa: BLE001 - the compaction stands
+                label = plugin_label(impl.plugin, impl.plugin_name)
+                log.warning("compacted hook failed", extra={"plugin": label, "error": repr(exc)})
+                continue
+            if isinstance(out, str) and out.strip():
+                notes.append(out)
+        return notes

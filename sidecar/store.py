@@ -7,11 +7,13 @@ backends that cannot enumerate) lives in the sidecar, so a plugin author
 writes only what their backend does.
 
 Methods are synchronous and may block; the sidecar calls them from worker
-threads (or inline for backends that declare ``inline_reads``). Keys are
-arbitrary non-empty UTF-8 strings already namespaced by the sidecar; values
-are bytes (possibly empty). :mod:`sidecar.testing.store_conformance` checks
+threads (or inline for backends that declare :attr:`Capability.INLINE_READS`).
+Keys are arbitrary non-empty UTF-8 strings already namespaced by the sidecar;
+values are bytes (possibly empty). :mod:`sidecar.testing.store_conformance` checks
 a backend against this contract; ``examples/store-plugin`` is a complete
-third-party plugin.
+third-party plugin. A plugin module makes its two hooks with
+:func:`sidecar.storeplugin.store_hooks`, and backends that compare and set
+themselves share :func:`check_precondition` and :func:`content_version`.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from __future__ import annotations
 import abc
 import concurrent.futures
 import enum
+import hashlib
+import warnings
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 
 class Capability(enum.StrEnum):
@@ -39,6 +43,17 @@ class Capability(enum.StrEnum):
     #: by replicas). The sidecar then checks the store on every read of a
     #: context, so each replica serves what any replica acknowledged.
     SHARED = "shared"
+    #: Reads are local and cheap (memory or mmap): the sidecar may call
+    #: ``get`` on its event loop instead of in a worker thread.
+    INLINE_READS = "inline_reads"
+    #: The store queues writes on a thread of its own and offers
+    #: ``put_async``/``delete_async`` returning futures: the sidecar then
+    #: awaits those instead of blocking a worker thread on ``put``/``delete``.
+    ASYNC_WRITES = "async_writes"
+
+
+#: Class flags that declared a capability before :class:`Capability` did.
+_LEGACY_FLAGS = {"inline_reads": Capability.INLINE_READS, "async_writes": Capability.ASYNC_WRITES}
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,19 +90,24 @@ class Store(abc.ABC):
 
     #: Backend label used in logs and metrics (e.g. ``"lmdb"``).
     name: ClassVar[str] = "store"
-    #: What this backend can do beyond get/put.
+    #: What this backend can do beyond get/put (the only declaration the
+    #: sidecar reads; may be set per instance, as options decide).
     capabilities: frozenset[Capability] = frozenset()
-    #: Reads are local and cheap (memory or mmap): the sidecar may call
-    #: ``get`` on its event loop instead of in a worker thread.
-    inline_reads: ClassVar[bool] = False
-    #: The store queues writes on a thread of its own and offers
-    #: ``put_async``/``delete_async`` returning futures: the sidecar then
-    #: awaits those instead of blocking a worker thread on ``put``/``delete``.
-    async_writes: ClassVar[bool] = False
     #: Longest key the backend accepts, in UTF-8 bytes (``None``: no limit).
     #: The sidecar rejects longer keys with a clear error before calling.
     #: May be set per instance (e.g. S3 less the store's own key prefix).
     max_key_bytes: int | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for flag, cap in _LEGACY_FLAGS.items():
+            if flag in vars(cls):
+                warnings.warn(
+                    f"{cls.__name__}.{flag} is deprecated; declare Capability.{cap.name} "
+                    "in capabilities instead",
+                    DeprecationWarning,
+                    stacklevel=3,  # the class statement, past ABCMeta.__new__
+                )
 
     @abc.abstractmethod
     def get(self, key: str) -> Item | None:
@@ -126,14 +146,14 @@ class Store(abc.ABC):
     def put_async(
         self, key: str, value: bytes, *, if_version: str | None = None, if_absent: bool = False
     ) -> concurrent.futures.Future[str]:
-        """``put`` without blocking; only on stores declaring ``async_writes``."""
-        raise NotImplementedError(f"{self.name} does not declare async_writes")
+        """``put`` without blocking; only on stores declaring ASYNC_WRITES."""
+        raise NotImplementedError(f"{self.name} does not declare ASYNC_WRITES")
 
     def delete_async(
         self, key: str, *, if_version: str | None = None
     ) -> concurrent.futures.Future[None]:
-        """``delete`` without blocking; only on stores declaring ``async_writes``."""
-        raise NotImplementedError(f"{self.name} does not declare async_writes")
+        """``delete`` without blocking; only on stores declaring ASYNC_WRITES."""
+        raise NotImplementedError(f"{self.name} does not declare ASYNC_WRITES")
 
     def flush(self) -> None:  # noqa: B027 - optional hook
         """Make every acknowledged write durable (called on shutdown)."""
@@ -144,3 +164,31 @@ class Store(abc.ABC):
     def describe(self) -> str:
         """A short description for logs, without credentials."""
         return self.name
+
+
+def capabilities_of(store: Store) -> frozenset[Capability]:
+    """What ``store`` declares: its :attr:`Store.capabilities`, plus the
+    deprecated ``inline_reads``/``async_writes`` flags of older plugins."""
+    caps = frozenset(store.capabilities)
+    legacy = {cap for flag, cap in _LEGACY_FLAGS.items() if getattr(store, flag, False)}
+    return caps | legacy if legacy else caps
+
+
+# -- conveniences for plugin authors ------------------------------------------------------
+def content_version(value: bytes) -> str:
+    """A version derived from the content: changes whenever the bytes do.
+    For backends with no version of their own (files, LMDB, memory)."""
+    return hashlib.blake2b(value, digest_size=12).hexdigest()
+
+
+def check_precondition(current: Item | None, if_version: str | None, if_absent: bool) -> None:
+    """Raise :class:`PreconditionFailed` unless a write with these
+    preconditions may replace ``current`` (``None``: the key is absent).
+
+    The one statement of the ``if_absent``/``if_version`` semantics, for
+    backends that compare and set under a lock or transaction of their own.
+    """
+    if if_absent and current is not None:
+        raise PreconditionFailed("key already exists")
+    if if_version is not None and (current is None or current.version != if_version):
+        raise PreconditionFailed("version does not match")

@@ -82,6 +82,15 @@ def test_quick_run_end_to_end(tmp_path):
         "lmdb.get",
         "s3.put_object",
         "s3.get_object",
+        "ctxd.turn.lmdb.h1000",
+        "ctxd.get_context.incremental.s3.h1000",
+        "ctxd.get_context.default_client.lmdb.mib4",
+        "ctxd.replicas.get_info.latest_after_write",
+        "ctxd.replicas.append_turn.alternating",
+        "ctxd.ledger.recall.expected.c3",
+        "ctxd.index.create.s3-nolist.n1000",
     } <= names
+    checks = {c["name"]: c for c in data["checks"]}
+    assert checks["target.ledger.recall.expected.c1"]["value"] is not None
     for r in data["results"]:
         assert r["p50"] > 0 and r["n"] > 0

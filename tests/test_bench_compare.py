@@ -58,6 +58,51 @@ def test_ratios_growth_and_targets(tmp_path):
     assert {c["name"] for c in data["checks"]} == {t.name for t in compare.TARGETS}
 
 
+def test_turn_reads_index_and_ledger_figures():
+    rep = Report()
+    _series(rep, compare.CTXD_TURN["lmdb"], {10: 3_000.0, 1_000: 3_100.0, 10_000: 3_300.0})
+    _series(rep, compare.TURN_PEERS["agents_sqlite"], {10: 4_000.0, 1_000: 15_000.0})
+    rep.add(Result("peer.agents_sqlite.turn.h10000", "g", "us", 150_000.0, 150_000.0, 20))
+    _series(rep, compare.GROWTH_ONLY["incremental.lmdb"], {10: 1_000.0, 10_000: 1_200.0})
+    rep.add(Result("ctxd.get_context.slice.lmdb.h10000", "g", "us", 40_000.0, 50_000.0, 10))
+    _series(rep, compare.INDEX_GROWTH["index.create.s3_nolist"], {1_000: 10_000.0, 10_000: 9_000.0})
+    for truth, c1, c3 in (("extractor", 100.0, 88.0), ("expected", 96.0, 91.0)):
+        rep.add(Result(f"ctxd.ledger.recall.{truth}.c1", "ledger", "%", c1, None, 160))
+        rep.add(Result(f"ctxd.ledger.recall.{truth}.c3", "ledger", "%", c3, None, 210))
+
+    compare.add_comparisons(rep)
+
+    row = rep.get_derived("cmp.turn.lmdb_vs_agents_sqlite.h1000")
+    assert row.p50 == pytest.approx(3_100 / 15_000) and row.note == "ctxd 4.8x faster"
+    assert rep.get_derived("cmp.turn.lmdb_vs_agents_sqlite.h4000") is None  # neither side ran
+    assert rep.get_derived("cmp.turn.s3_vs_agents_sqlite.h10").p50 is None
+    assert rep.get_derived("growth.turn.lmdb").p50 == pytest.approx(1.1)
+    assert rep.get_derived("growth.peer.agents_sqlite.turn").p50 == pytest.approx(37.5)
+    assert rep.get_derived("growth.incremental.lmdb").p50 == pytest.approx(1.2)
+    assert rep.get_derived("growth.incremental.s3") is None  # no S3 row at all
+    assert rep.get_derived("growth.index.create.s3_nolist").p50 == pytest.approx(0.9)
+    bytes_growth = rep.get_derived("growth.index.bytes_per_create.s3_nolist")
+    assert bytes_growth is None
+
+    checks = {c.name: c for c in rep.checks}
+    assert checks["target.turn.vs_agents.h1000"].value == pytest.approx(15_000 / 3_100)
+    assert checks["target.turn.vs_agents.h1000"].met is True
+    assert checks["target.turn.vs_agents.h10000"].met is True
+    assert checks["target.turn.growth.lmdb"].met is True
+    assert checks["target.turn.growth.s3"].met is None
+    assert checks["target.incremental_read.growth.lmdb"].met is False
+    slice_read = checks["target.slice_read.lmdb.h10000"]
+    assert slice_read.value == pytest.approx(40.0) and slice_read.met is False  # us -> ms
+    assert checks["target.index.create.growth"].met is True
+    assert checks["target.index.bytes.growth"].met is None
+    assert checks["target.ledger.recall.extractor.c1"].met is True
+    assert checks["target.ledger.recall.expected.c1"].met is True
+    assert checks["target.ledger.recall.extractor.c3"].met is False
+    assert checks["target.ledger.recall.expected.c3"].value == pytest.approx(91.0)
+    table = rep.table()
+    assert "88.00%" in table and ">= 90.00%" in table and "40.00ms" in table
+
+
 def test_missing_side_gives_na_row_only_at_measured_marks():
     rep = Report()
     _series(rep, compare.PEERS["agents_sqlite"], {10: 700.0, 1_000: 650.0})

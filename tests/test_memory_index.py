@@ -66,7 +66,7 @@ class NoListMemoryStore(MemoryStore):
     """The in-memory backend without LIST, as a plugin for such a store would be."""
 
     name = "memory-nolist"
-    capabilities = frozenset({Capability.DELETE, Capability.CONDITIONAL_PUT})
+    capabilities = MemoryStore.capabilities - {Capability.LIST}
 
 
 # -- gRPC, S3 without list ------------------------------------------------------------

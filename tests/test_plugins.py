@@ -147,7 +147,7 @@ def test_ctxd_plugins_lists_the_installed_scheme(dirstore_site):
         "  dir: ctxd_dirstore",
         "  lmdb: plugins.lmdb_store",
         "  memory: plugins.memory_store",
-        "  s3: plugins.s3_store",
+        "  s3: plugins.s3",
     ]
     assert "  extractive: plugins.extractive_summariser" in lines
     assert "  summariser.openai: plugins.openai_summariser" in lines

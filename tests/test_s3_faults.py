@@ -12,7 +12,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2
 
-from plugins.s3_store import S3Store
+from plugins.s3.store import S3Store
 from sidecar.api.ctxd.v1 import memory_pb2
 from sidecar.store import PreconditionFailed, StoreUnavailable
 from tests.conftest import s3_uri

@@ -75,7 +75,8 @@ class FailingStore(Store):
 
     def __init__(self, error: StoreError, inline_reads: bool) -> None:
         self.error = error
-        self.inline_reads = inline_reads
+        if inline_reads:
+            self.capabilities = FailingStore.capabilities | {Capability.INLINE_READS}
 
     def get(self, key):
         raise self.error
@@ -321,6 +322,124 @@ async def test_a_stale_version_on_a_real_store_is_a_conflict(storage_for):
     with pytest.raises(Conflict):
         await storage.delete("k", if_version=stale)
     assert (await storage.get("k")).value == b"two"
+
+
+# -- observing store calls ------------------------------------------------------------------
+class RecordingObserver:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, str | None]] = []
+
+    def store_op(self, backend, op, seconds, error_kind):
+        assert seconds >= 0
+        self.calls.append((backend, op, error_kind))
+
+
+async def test_every_store_call_is_reported_to_the_observer(storage_for):
+    observer = RecordingObserver()
+    storage = storage_for(LimitedStore({LIST, DELETE, CAS}), observer=observer)
+    version = await storage.put("k", b"v")
+    await storage.get("k")
+    await storage.list("")
+    with pytest.raises(Conflict):
+        await storage.put("k", b"w", if_version=version + "stale")
+    await storage.delete("k")
+    assert observer.calls == [
+        ("limited", "put", None),
+        ("limited", "get", None),
+        ("limited", "list", None),
+        ("limited", "put", None),  # a lost race is an answer, not a store failure
+        ("limited", "delete", None),
+    ]
+
+
+@pytest.mark.parametrize(
+    "error, kind",
+    [
+        (StoreFull("full"), "full"),
+        (StoreUnavailable("down"), "unavailable"),
+        (StoreError("odd"), "error"),
+    ],
+)
+async def test_store_failures_reach_the_observer_by_kind(storage_for, error, kind):
+    observer = RecordingObserver()
+    storage = storage_for(FailingStore(error, inline_reads=False), observer=observer)
+    with pytest.raises((LimitExceeded, Unavailable)):
+        await storage.put("k", b"v")
+    with pytest.raises(Unavailable if kind != "full" else LimitExceeded):
+        await storage.get("k")
+    assert observer.calls == [("failing", "put", kind), ("failing", "get", kind)]
+
+
+async def test_the_prometheus_observer_keeps_the_store_metric_names(storage_for):
+    from prometheus_client import REGISTRY
+
+    from sidecar import metrics
+
+    def sample(name, **labels):
+        return REGISTRY.get_sample_value(name, labels) or 0
+
+    failing = FailingStore(StoreUnavailable("down"), inline_reads=False)
+    failing.name = "failing-prom"
+    storage = storage_for(failing, observer=metrics.PrometheusObserver())
+    with pytest.raises(Unavailable):
+        await storage.put("k", b"v")
+    labels = {"backend": "failing-prom", "op": "put"}
+    assert sample("ctxd_store_operation_seconds_count", **labels) == 1
+    assert sample("ctxd_store_errors_total", **labels, kind="unavailable") == 1
+
+
+# -- declaring capabilities ----------------------------------------------------------------
+def test_the_old_capability_flags_still_work_with_a_deprecation_warning():
+    with pytest.warns(DeprecationWarning) as warned:
+
+        class OldStyleStore(MemoryStore):
+            capabilities = frozenset({LIST, DELETE, CAS})
+            inline_reads = True
+            async_writes = False
+
+    assert [str(w.message).split(" is ")[0] for w in warned] == [
+        "OldStyleStore.inline_reads",
+        "OldStyleStore.async_writes",
+    ]
+    assert all(w.filename == __file__ for w in warned)
+    storage = Storage(OldStyleStore())
+    assert storage.inline_reads
+    assert Capability.INLINE_READS in storage.capabilities
+    assert Capability.ASYNC_WRITES not in storage.capabilities
+    assert not Storage(LimitedStore({LIST})).inline_reads
+
+
+async def test_async_writes_are_awaited_on_the_stores_own_thread(tmp_path, storage_for):
+    store = LmdbStore(str(tmp_path / "lmdb"), map_size=64 << 20)
+    storage = storage_for(store)
+    assert storage.inline_reads and storage._async_writes
+    version = await storage.put("k", b"v")
+    assert (await storage.get("k")).version == version
+    await storage.delete("k", if_version=version)
+    assert await storage.get("k") is None
+
+
+def test_store_hooks_serve_one_scheme_through_pluggy():
+    import pluggy
+
+    from sidecar import hookspecs
+    from sidecar.storeplugin import store_hooks
+
+    opened = []
+
+    def factory(uri, options):
+        opened.append((uri, dict(options)))
+        return MemoryStore()
+
+    hooks = store_hooks("Mine", factory)
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    pm.register(hooks, name="mine")
+    assert pm.hook.ctxd_store_schemes() == [["mine"]]
+    assert pm.hook.ctxd_open_store(scheme="other", uri="other://x", options={}) is None
+    store = pm.hook.ctxd_open_store(scheme="mine", uri="mine://x?a=1", options={"a": "1"})
+    assert isinstance(store, MemoryStore)
+    assert opened == [("mine://x?a=1", {"a": "1"})]
 
 
 # -- LMDB failure modes ---------------------------------------------------------------------

@@ -30,26 +30,19 @@ mismatch), ``RESOURCE_EXHAUSTED: …``; anything else is UNAVAILABLE.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+import importlib.util
 import json
 import logging
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from sidecar.config import MemoryConfig
-from sidecar.core.errors import (
-    Conflict,
-    CtxdError,
-    FailedPrecondition,
-    InvalidArgument,
-    LimitExceeded,
-    NotFound,
-    Unavailable,
-)
-from sidecar.core.memory import MemoryBackend, MemoryPage, MemoryRecord
+from sidecar.core import errors
+from sidecar.core.errors import CtxdError, NotFound, Unavailable
+from sidecar.core.mcp_client import McpSession, McpTarget, OnDemandConnection, error_kind
+from sidecar.core.memory import MemoryBackend, MemoryPage, MemoryRecord, SetRequest
 
 log = logging.getLogger(__name__)
 
@@ -95,109 +88,57 @@ class McpMemory(MemoryBackend):
     """A :class:`MemoryBackend` that calls an MCP server's memory tools."""
 
     def __init__(self, config: MemoryConfig) -> None:
-        target = config.mcp_server.strip()
-        if not target:
+        line = config.mcp_server.strip()
+        if not line:
             raise ValueError("memory.mcp_server is empty")
-        self.target = target
-        self.is_http = target.startswith(("http://", "https://"))
-        if not self.is_http and not shlex.split(target):
+        if not line.startswith(("http://", "https://")) and not shlex.split(line):
             raise ValueError("memory.mcp_server must be a command line or an http(s) URL")
+        self.target = McpTarget.parse(line)
         self.tools = parse_tool_map(config.mcp_tools)
         if config.mcp_timeout <= 0:
             raise ValueError("memory.mcp_timeout must be positive")
         self.timeout = config.mcp_timeout
-        self._session: Any = None
-        self._runner: asyncio.Task | None = None
-        self._closing: asyncio.Event | None = None
-        self._connect_lock = asyncio.Lock()
+        self._connection = OnDemandConnection(
+            self.target,
+            label="memory",
+            start_timeout=max(self.timeout, START_TIMEOUT),
+            on_open=lambda _session: log.info(
+                "MCP memory server connected", extra={"tools": self.tools}
+            ),
+        )
 
     # -- connection -------------------------------------------------------------
     async def start(self) -> None:
+        if importlib.util.find_spec("mcp") is None:
+            raise ValueError(
+                "memory.mcp_server needs the mcp package: pip install 'ctxd-sidecar[mcp]'"
+            )
         try:
-            await self._connect()
+            await self._session()
         except Unavailable as exc:
             raise ValueError(f"cannot use memory.mcp_server: {exc.message}") from None
 
     async def stop(self) -> None:
-        runner, self._runner = self._runner, None
-        if runner is None:
-            return
-        assert self._closing is not None
-        self._closing.set()
+        await self._connection.close()
+
+    async def _session(self) -> McpSession:
         try:
-            await asyncio.wait_for(asyncio.shield(runner), 10)
-        except (TimeoutError, Exception):  # noqa: BLE001 - shutting down anyway
-            runner.cancel()
-            with contextlib.suppress(BaseException):
-                await runner
-
-    async def _connect(self) -> Any:
-        async with self._connect_lock:
-            if self._session is not None and self._runner is not None and not self._runner.done():
-                return self._session
-            ready: asyncio.Future = asyncio.get_running_loop().create_future()
-            self._closing = asyncio.Event()
-            self._runner = asyncio.create_task(self._run(ready, self._closing), name="mcp-memory")
-            try:
-                await asyncio.wait_for(asyncio.shield(ready), max(self.timeout, START_TIMEOUT))
-            except TimeoutError:
-                self._runner.cancel()
-                raise Unavailable("the MCP memory server did not start in time") from None
-            except Exception as exc:  # noqa: BLE001 - reported without internals
-                raise Unavailable(
-                    f"the MCP memory server is unreachable ({_describe(exc)})"
-                ) from None
-            return self._session
-
-    async def _run(self, ready: asyncio.Future, closing: asyncio.Event) -> None:
-        """Own the session for its whole life (MCP sessions are task-bound)."""
-        from mcp import ClientSession
-
-        try:
-            async with (
-                self._transport() as streams,
-                ClientSession(streams[0], streams[1]) as session,
-            ):
-                await session.initialize()
-                self._session = session
-                ready.set_result(None)
-                log.info("MCP memory server connected", extra={"tools": self.tools})
-                await closing.wait()
-        except BaseException as exc:  # noqa: BLE001 - surfaced through `ready` or logged
-            if not ready.done():
-                ready.set_exception(exc if isinstance(exc, Exception) else Unavailable("cancelled"))
-            elif not closing.is_set():
-                log.warning("MCP memory server connection lost", extra={"error": _describe(exc)})
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-        finally:
-            self._session = None
-
-    def _transport(self):
-        if self.is_http:
-            try:
-                from mcp.client.streamable_http import streamable_http_client as client
-            except ImportError:  # mcp 1.x
-                from mcp.client.streamable_http import streamablehttp_client as client
-            return client(self.target)
-        from mcp import StdioServerParameters
-        from mcp.client.stdio import stdio_client
-
-        command, *args = shlex.split(self.target)
-        return stdio_client(StdioServerParameters(command=command, args=args))
+            return await self._connection.session()
+        except TimeoutError:
+            raise Unavailable("the MCP memory server did not start in time") from None
+        except Exception as exc:  # noqa: BLE001 - reported without internals
+            raise Unavailable(f"the MCP memory server is unreachable ({error_kind(exc)})") from None
 
     async def _call(self, op: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        session = self._session or await self._connect()
+        session = await self._session()
         try:
-            result = await asyncio.wait_for(
-                session.call_tool(self.tools[op], arguments), self.timeout
-            )
+            result = await session.call_tool(self.tools[op], arguments, self.timeout)
         except TimeoutError:
             raise Unavailable("the MCP memory server did not answer in time") from None
         except CtxdError:
             raise
         except Exception as exc:  # noqa: BLE001 - transport or protocol failure
-            raise Unavailable(f"the MCP memory server call failed ({_describe(exc)})") from None
+            raise Unavailable(f"the MCP memory server call failed ({error_kind(exc)})") from None
         content = getattr(result, "content", None) or []
         text = next((c.text for c in content if getattr(c, "type", "") == "text"), "")
         if _attr(result, "is_error", "isError"):
@@ -221,31 +162,21 @@ class McpMemory(MemoryBackend):
             raise NotFound(f"memory key {key!r} not found")
         return _record(data, key, with_value=True)
 
-    async def set(
-        self,
-        key: str,
-        value_json: str,
-        value: bytes,
-        *,
-        ttl_seconds: int,
-        expected_version: str,
-        create_only: bool,
-        by: str,
-    ) -> MemoryRecord:
+    async def set(self, request: SetRequest) -> MemoryRecord:
         data = await self._call(
             "set",
             {
-                "key": key,
-                "value_json": value_json,
-                "ttl_seconds": ttl_seconds,
-                "expected_version": expected_version,
-                "create_only": create_only,
-                "by": by,
+                "key": request.key,
+                "value_json": request.value_json,
+                "ttl_seconds": request.ttl_seconds,
+                "expected_version": request.expected_version,
+                "create_only": request.create_only,
+                "by": request.by,
             },
         )
-        rec = _record(data, key, with_value=True)
+        rec = _record(data, request.key, with_value=True)
         if not rec.value_json:
-            rec.value_json = value_json
+            rec.value_json = request.value_json
         return rec
 
     async def delete(self, key: str, *, expected_version: str) -> bool:
@@ -302,6 +233,15 @@ def _record(data: Mapping[str, Any], key: str, *, with_value: bool) -> MemoryRec
         raise Unavailable("the MCP memory server returned a malformed record") from None
 
 
+#: Error codes a tool may answer with whose ctxd error carries only the message.
+_ERRORS_BY_CODE: dict[str, Callable[[str], CtxdError]] = {
+    "NOT_FOUND": errors.NotFound,
+    "ABORTED": errors.Conflict,
+    "ALREADY_EXISTS": errors.Conflict,
+    "FAILED_PRECONDITION": errors.FailedPrecondition,
+}
+
+
 def _error_from(text: str, tool: str) -> CtxdError:
     m = _ERROR.search(text or "")
     if m is None:
@@ -310,20 +250,8 @@ def _error_from(text: str, tool: str) -> CtxdError:
     if code == "INVALID_ARGUMENT":
         field, sep, rest = message.partition(":")
         if sep and field.strip() in _REQUEST_FIELDS:
-            return InvalidArgument(field.strip(), rest.strip())
-        return InvalidArgument("request", message)
-    if code == "NOT_FOUND":
-        return NotFound(message)
-    if code in {"ABORTED", "ALREADY_EXISTS"}:
-        return Conflict(message)
+            return errors.InvalidArgument(field.strip(), rest.strip())
+        return errors.InvalidArgument("request", message)
     if code == "RESOURCE_EXHAUSTED":
-        return LimitExceeded("memory.mcp_server", 0, message)
-    if code == "FAILED_PRECONDITION":
-        return FailedPrecondition(message)
-    return Unavailable(message)
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        return _describe(exc.exceptions[0])
-    return type(exc).__name__
+        return errors.LimitExceeded("memory.mcp_server", 0, message)
+    return _ERRORS_BY_CODE.get(code, Unavailable)(message)

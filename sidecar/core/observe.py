@@ -7,6 +7,7 @@ domain runs, and is tested, without any metrics library.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 
@@ -29,6 +30,15 @@ class ContextsObserver(Protocol):
         """A turn was committed; the context's token estimate is now ``tokens``."""
 
 
+class StoreObserver(Protocol):
+    """Told of every store call :class:`sidecar.core.storage.Storage` makes."""
+
+    def store_op(self, backend: str, op: str, seconds: float, error_kind: str | None) -> None:
+        """``op`` on ``backend`` took ``seconds``; ``error_kind`` is ``"full"``,
+        ``"unavailable"`` or ``"error"`` when the store failed, else ``None``
+        (a failed precondition is an answer, not a failure)."""
+
+
 class NullObserver:
     """Observes nothing."""
 
@@ -43,3 +53,26 @@ class NullObserver:
 
     def context_tokens(self, tokens: int) -> None:
         pass
+
+    def store_op(self, backend: str, op: str, seconds: float, error_kind: str | None) -> None:
+        pass
+
+
+class CompactionHooks(Protocol):
+    """Plugin code around compaction (wired from the plugin manager)."""
+
+    def redact(self, context_id: str, text: str) -> str:
+        """``text`` as it may leave for a summariser model."""
+
+    def compacted(self, context_id: str, compaction: object, kept: Sequence[object]) -> list[str]:
+        """Notes to append after a compaction committed."""
+
+
+class NoHooks:
+    """No plugin acts around compaction."""
+
+    def redact(self, context_id: str, text: str) -> str:
+        return text
+
+    def compacted(self, context_id: str, compaction: object, kept: Sequence[object]) -> list[str]:
+        return []

@@ -7,9 +7,10 @@ Domain code never talks to a :class:`sidecar.store.Store` directly. It uses a
   environment can hold many instances and nothing outside this instance is
   reachable;
 * runs blocking store calls in worker threads (or inline for stores that
-  declare ``inline_reads``), so the event loop never waits on disk or network;
+  declare ``INLINE_READS``), so the event loop never waits on disk or network;
 * serves DELETE with tombstones on stores that cannot delete;
-* turns store errors into domain errors.
+* turns store errors into domain errors;
+* reports every store call to a :class:`~sidecar.core.observe.StoreObserver`.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from sidecar import metrics
 from sidecar.core.errors import Conflict, InvalidArgument, LimitExceeded, Unavailable
+from sidecar.core.observe import NullObserver, StoreObserver
 from sidecar.store import (
     Capability,
     Item,
@@ -31,12 +32,16 @@ from sidecar.store import (
     StoreError,
     StoreFull,
     StoreUnavailable,
+    capabilities_of,
+    check_precondition,
 )
 
 T = TypeVar("T")
 
 #: Written in place of a value on stores without DELETE; never a valid record.
 TOMBSTONE = b"\x00ctxd:tombstone"
+
+_CHANGED = "the record changed since it was read; re-read and retry"
 
 
 class Storage:
@@ -47,22 +52,26 @@ class Storage:
         prefix: str = "ctxd",
         instance: str = "default",
         workers: int = 16,
+        observer: StoreObserver | None = None,
     ) -> None:
         if not instance or "/" in instance:
             # Instance "a" would otherwise list every key of instance "a/b".
             raise ValueError("instance must be a non-empty name without '/'")
         self.store = store
         self.namespace = f"{prefix.strip('/')}/{instance}/" if prefix.strip("/") else f"{instance}/"
-        self.capabilities = store.capabilities
-        self.can_list = Capability.LIST in store.capabilities
-        self.can_delete = Capability.DELETE in store.capabilities
-        self.can_cas = Capability.CONDITIONAL_PUT in store.capabilities
-        self.shared = Capability.SHARED in store.capabilities
+        self.observer = observer or NullObserver()
+        self.capabilities = caps = capabilities_of(store)
+        self.can_list = Capability.LIST in caps
+        self.can_delete = Capability.DELETE in caps
+        self.can_cas = Capability.CONDITIONAL_PUT in caps
+        self.shared = Capability.SHARED in caps
+        #: Reads are cheap enough to run on the event loop, one after another.
+        self.inline_reads = Capability.INLINE_READS in caps
         self._pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="store")
         self._locks = [asyncio.Lock() for _ in range(64)]
         self._async_writes: dict[Callable, Callable] = (
             {store.put: store.put_async, store.delete: store.delete_async}
-            if store.async_writes
+            if Capability.ASYNC_WRITES in caps
             else {}
         )
 
@@ -91,6 +100,7 @@ class Storage:
         loop = asyncio.get_running_loop()
         op = getattr(fn, "__name__", "call")
         started = time.perf_counter()
+        error: str | None = None
         try:
             submit = self._async_writes.get(fn)
             if submit is not None:
@@ -99,27 +109,24 @@ class Storage:
                 return await asyncio.wrap_future(submit(*args, **kwargs))
             return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
         except PreconditionFailed:
-            raise Conflict("the record changed since it was read; re-read and retry") from None
+            raise Conflict(_CHANGED) from None
         except StoreFull as exc:
-            self._error(op, "full")
+            error = "full"
             raise LimitExceeded("store_capacity", 0, str(exc)) from None
         except StoreUnavailable as exc:
-            self._error(op, "unavailable")
+            error = "unavailable"
             raise Unavailable(f"store unavailable: {exc}") from None
         except StoreError as exc:
-            self._error(op, "error")
+            error = "error"
             raise Unavailable(f"store error: {exc}") from None
         finally:
-            metrics.STORE_LATENCY.labels(self.backend, op).observe(time.perf_counter() - started)
-
-    def _error(self, op: str, kind: str) -> None:
-        metrics.STORE_ERRORS.labels(self.backend, op, kind).inc()
+            self.observer.store_op(self.backend, op, time.perf_counter() - started, error)
 
     async def get(self, key: str) -> Item | None:
         return await self._get_full(self.full_key(key))
 
     async def _get_full(self, full: str) -> Item | None:
-        if self.store.inline_reads:
+        if self.inline_reads:
             try:
                 item = self.store.get(full)
             except StoreError as exc:
@@ -177,10 +184,11 @@ class Storage:
         current = await self._call(self.store.get, full)
         if current is not None and not self.can_delete and current.value == TOMBSTONE:
             current = None
-        if if_absent and current is not None:
-            raise Conflict("the record already exists")
-        if if_version is not None and (current is None or current.version != if_version):
-            raise Conflict("the record changed since it was read; re-read and retry")
+        try:
+            check_precondition(current, if_version, if_absent)
+        except PreconditionFailed:
+            exists = if_absent and current is not None
+            raise Conflict("the record already exists" if exists else _CHANGED) from None
 
     async def list(
         self, prefix: str, *, start_after: str = "", limit: int | None = None

@@ -15,7 +15,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from sidecar import metrics
-from sidecar.api.ctxd.v1 import context_pb2, context_pb2_grpc, memory_pb2, memory_pb2_grpc
+from sidecar.api.ctxd.v1 import context_pb2, memory_pb2
 from sidecar.config import Config
 from sidecar.core.errors import CtxdError
 from sidecar.plugins import plugin_manager
@@ -27,6 +27,7 @@ from sidecar.server.interceptors import (
     Gate,
     ServiceInterceptor,
 )
+from sidecar.server.registration import add_service
 from sidecar.store import StoreError
 
 log = logging.getLogger(__name__)
@@ -90,8 +91,15 @@ class Sidecar:
                 ("grpc.so_reuseport", 0),
             ],
         )
-        memory_pb2_grpc.add_MemoryServiceServicer_to_server(self.memory, self.server)
-        context_pb2_grpc.add_ContextServiceServicer_to_server(self.contexts, self.server)
+        add_service(
+            self.server, self.memory, memory_pb2.DESCRIPTOR.services_by_name["MemoryService"]
+        )
+        add_service(
+            self.server,
+            self.contexts,
+            context_pb2.DESCRIPTOR.services_by_name["ContextService"],
+            raw_replies=("GetContext",),
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
             (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server

@@ -21,16 +21,16 @@ from sidecar.core.contexts.deletion import Deletion
 from sidecar.core.contexts.events import ContextEvent
 from sidecar.core.contexts.expiry import Expiry
 from sidecar.core.contexts.listing import Listing
-from sidecar.core.contexts.model import ContextState
+from sidecar.core.contexts.model import NOTE, ContextState, Msg
 from sidecar.core.contexts.planning import Planning
 from sidecar.core.contexts.service import ContextService
 from sidecar.core.contexts.skillset import SkillSet
-from sidecar.core.contexts.turns import Turns
+from sidecar.core.contexts.turns import TurnRequest, Turns
 from sidecar.core.memory import Memory, MemoryBackend, StoreMemory
 from sidecar.core.prompt import PromptAssembler
 from sidecar.core.skills import SkillCatalogue
 from sidecar.core.storage import Storage
-from sidecar.plugins import open_store, summarisers
+from sidecar.plugins import PluginHooks, open_store, summarisers
 from sidecar.server.context_service import ContextServicer
 from sidecar.server.memory_service import MemoryServicer
 
@@ -89,7 +89,9 @@ def memory_backend(config: Config, storage: Storage) -> MemoryBackend:
 async def build(config: Config, pm: pluggy.PluginManager) -> Domain:
     """Open the configured store and build every domain service over it."""
     store = await asyncio.to_thread(open_store, config.store, pm)
-    storage = Storage(store, prefix=config.prefix, instance=config.instance)
+    storage = Storage(
+        store, prefix=config.prefix, instance=config.instance, observer=metrics.PrometheusObserver()
+    )
     contexts = ContextService(config.contexts, storage, archive_ttl=config.compaction.archive_ttl)
     catalogue = SkillCatalogue(config.skills)
     prompts = PromptAssembler(config.prompt, catalogue)
@@ -97,13 +99,25 @@ async def build(config: Config, pm: pluggy.PluginManager) -> Domain:
     listing = Listing(contexts)
     deletion = Deletion(contexts)
     observer = metrics.PrometheusObserver()
-    compactor = Compactor(contexts, config, summarisers(config, pm), observer=observer)
+    compactor = Compactor(
+        contexts,
+        config,
+        summarisers(config, pm),
+        observer=observer,
+        hooks=PluginHooks(pm),
+    )
+    turns = Turns(contexts, skillset)
+
+    async def append_note(cid: str, text: str) -> None:
+        await turns.append(TurnRequest(cid, [Msg(NOTE, text=text)]))
+
+    compactor.append_note = append_note
     memory = memory_backend(config, storage)
     observe(observer, contexts, memory)
     return Domain(
         storage=storage,
         contexts=contexts,
-        turns=Turns(contexts, skillset),
+        turns=turns,
         listing=listing,
         deletion=deletion,
         expiry=Expiry(contexts, listing, deletion),

@@ -5,7 +5,12 @@ Used by :mod:`sidecar.server.context_service`; no rules live here.
 
 from __future__ import annotations
 
+import json
+
+from google.protobuf import json_format
+
 from sidecar.api.ctxd.v1 import context_pb2
+from sidecar.core import providers
 from sidecar.core.contexts.archive import CompactionInfo
 from sidecar.core.contexts.compaction import ApplyResult, CacheEffect
 from sidecar.core.contexts.events import WatchEvent
@@ -23,6 +28,7 @@ from sidecar.core.contexts.model import (
     ToolCall,
 )
 from sidecar.core.errors import InvalidArgument
+from sidecar.core.jsonvalue import parse_json
 from sidecar.core.plan import Binding, BindingKind, PlanItemSpec, PlanStatus, RunOutcome
 
 pb = context_pb2
@@ -214,6 +220,25 @@ def context_meta_pb(st: ContextState) -> pb.Context:
     )
 
 
+def slice_blocks_pb(st: ContextState) -> list[pb.Message]:
+    """The summary block and the plan block, as the slice's leading system messages."""
+    out = []
+    summary = st.summary.render()
+    if summary:
+        out.append(
+            pb.Message(
+                id="summary", ts_ms=st.summary.updated_ms, system=pb.SystemMessage(text=summary)
+            )
+        )
+    if st.plan is not None:
+        out.append(
+            pb.Message(
+                id="plan", ts_ms=st.plan.updated_ms, system=pb.SystemMessage(text=st.plan.render())
+            )
+        )
+    return out
+
+
 def fill_slice_pb(out, st: ContextState, page=None) -> None:
     """Summary block, plan block (system messages, leading the first page),
     then the transcript (``page``'s messages when paged), appended to the
@@ -351,3 +376,62 @@ def applied_pb(a: ApplyResult, record: CompactionInfo | None) -> pb.ApplyCompact
         cache=cache_pb(a.cache),
         compaction=record_pb(record) if record is not None else None,
     )
+
+
+# -- provider shapes (JSON) ------------------------------------------------------------------
+FORMAT_FROM_PB = {
+    pb.MESSAGE_FORMAT_UNSPECIFIED: "",
+    pb.MESSAGE_FORMAT_CTXD: providers.CTXD,
+    pb.MESSAGE_FORMAT_OPENAI: providers.OPENAI,
+    pb.MESSAGE_FORMAT_ANTHROPIC: providers.ANTHROPIC,
+}
+
+
+def turn_messages(request: pb.AppendTurnRequest) -> tuple[list[Msg], list[str] | None]:
+    """The turn's messages from ``messages`` or ``messages_json`` (exactly one),
+    with the JSON elements they came from (None for protobuf messages)."""
+    if not request.messages_json:
+        for name in ("format", "system_json"):
+            if getattr(request, name):
+                raise InvalidArgument(name, "goes with messages_json")
+        return [msg_from_pb(m) for m in request.messages], None
+    if request.messages:
+        raise InvalidArgument("messages_json", "set either messages or messages_json")
+    turn = turn_from_json(request)
+    return turn.messages, turn.origins
+
+
+def turn_from_json(request: pb.AppendTurnRequest) -> providers.Turn:
+    """``messages_json`` in ``request.format`` as domain messages (with origins)."""
+    fmt = FORMAT_FROM_PB.get(request.format)
+    if not fmt:
+        raise InvalidArgument("format", "say the shape of messages_json: CTXD, OPENAI or ANTHROPIC")
+    if fmt != providers.CTXD:
+        return providers.parse_turn(fmt, request.messages_json, request.system_json)
+    if request.system_json:
+        raise InvalidArgument("system_json", "goes with MESSAGE_FORMAT_ANTHROPIC")
+    items = parse_json(request.messages_json, field="messages_json")
+    if not isinstance(items, list):
+        raise InvalidArgument("messages_json", "must be a JSON array of Message")
+    turn = providers.Turn([], [])
+    # Parsed again by protobuf's own reader, which keeps its numbers exact.
+    for i, item in enumerate(json.loads(request.messages_json)):
+        m = pb.Message()
+        try:
+            json_format.ParseDict(item, m)
+        except json_format.ParseError as exc:
+            raise InvalidArgument(f"messages_json[{i}]", str(exc)) from None
+        turn.add(msg_from_pb(m), f"messages_json[{i}]")
+    return turn
+
+
+def slice_json(fmt: str, st: ContextState, page, cache_breakpoint: bool) -> tuple[str, str]:
+    """``(messages_json, system_json)`` of one slice page in ``fmt``."""
+    if fmt != providers.CTXD:
+        return providers.render_slice(
+            fmt, st, page.messages, first=page.first, cache_breakpoint=cache_breakpoint
+        )
+    holder = pb.GetContextResponse()
+    fill_slice_pb(holder.slice, st, page)
+    items = [json_format.MessageToDict(m) for m in holder.slice]
+    return json.dumps(items, ensure_ascii=False, separators=(",", ":")), ""

@@ -19,23 +19,27 @@ from sidecar.core.contexts.service import ContextService
 from sidecar.core.contexts.skillset import SkillSet
 from sidecar.core.contexts.turns import TurnRequest, Turns
 from sidecar.core.errors import InvalidArgument, Unavailable
+from sidecar.core.providers import relabel
+from sidecar.server import wire
 from sidecar.server.context_convert import (
+    FORMAT_FROM_PB,
     KIND_FROM_PB,
     OUTCOME_FROM_PB,
     applied_pb,
     binding_from_pb,
     cache_pb,
+    context_meta_pb,
     event_pb,
     expected_version,
-    fill_context_pb,
     fill_msg_pb,
-    fill_slice_pb,
     info_to_pb,
-    msg_from_pb,
     plan_edit_from_pb,
     plan_or_none_pb,
     record_pb,
+    slice_blocks_pb,
+    slice_json,
     summary_to_pb,
+    turn_messages,
 )
 
 _VIEWS = {
@@ -80,18 +84,24 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
 
     # -- turns and reads -----------------------------------------------------------------------
     async def AppendTurn(self, request: pb.AppendTurnRequest, context) -> pb.AppendTurnResponse:
-        r = await self.turns.append(
-            TurnRequest(
-                context_id=request.context_id,
-                messages=[msg_from_pb(m) for m in request.messages],
-                expected_version=expected_version(request),
-                idempotency_key=request.idempotency_key,
-                principal=request.principal,
-                model_window=request.model_window,
-                model=request.model,
-                task=request.task,
+        messages, origins = turn_messages(request)
+        try:
+            r = await self.turns.append(
+                TurnRequest(
+                    context_id=request.context_id,
+                    messages=messages,
+                    expected_version=expected_version(request),
+                    idempotency_key=request.idempotency_key,
+                    principal=request.principal,
+                    model_window=request.model_window,
+                    model=request.model,
+                    task=request.task,
+                )
             )
-        )
+        except InvalidArgument as exc:
+            if origins is None:
+                raise
+            raise relabel(exc, origins) from None
         return pb.AppendTurnResponse(
             version=r.version,
             est_tokens=r.est_tokens,
@@ -110,6 +120,11 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
         if request.consistency not in _CONSISTENCY:
             raise InvalidArgument("consistency", f"unknown consistency {request.consistency}")
         since = request.since_version if request.HasField("since_version") else None
+        fmt = FORMAT_FROM_PB.get(request.format)
+        if fmt is None:
+            raise InvalidArgument("format", f"unknown message format {request.format}")
+        if fmt and view != views.SLICE:
+            raise InvalidArgument("format", "goes with CONTEXT_VIEW_SLICE")
         st = await self.contexts.get(request.context_id, latest=latest)
         # Converted without awaiting, so the record cannot change underneath.
         resp = pb.GetContextResponse(info=info_to_pb(st.info()))
@@ -118,11 +133,18 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
         page = views.read(st, view, size=request.page_size, token=request.page_token, since=since)
         resp.next_page_token = page.next_token
         resp.change = _CHANGE[page.change]
+        # Assembled from each message's encoded bytes (see sidecar.server.wire).
         if view == views.FULL:
-            fill_context_pb(resp.context, st, page, self.contexts.compactions(st))
-        else:
-            fill_slice_pb(resp.slice, st, page)
-        return resp
+            meta = context_meta_pb(st)
+            meta.compactions.extend(record_pb(r) for r in self.contexts.compactions(st))
+            return wire.full_reply(resp, meta, page.messages)
+        if fmt:
+            resp.messages_json, resp.system_json = slice_json(
+                fmt, st, page, request.cache_breakpoint
+            )
+            return resp
+        blocks = slice_blocks_pb(st) if page.first else []
+        return wire.slice_reply(resp, blocks, page.messages)
 
     async def ListContexts(
         self, request: pb.ListContextsRequest, context

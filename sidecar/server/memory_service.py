@@ -7,7 +7,7 @@ and errors live in the core (errors become statuses in the interceptor).
 from __future__ import annotations
 
 from sidecar.api.ctxd.v1 import memory_pb2, memory_pb2_grpc
-from sidecar.core.memory import Memory, MemoryRecord
+from sidecar.core.memory import Memory, MemoryRecord, SetRequest
 
 _Record = memory_pb2.MemoryRecord
 _GetResponse = memory_pb2.GetResponse
@@ -27,6 +27,17 @@ def _to_pb(rec: MemoryRecord) -> memory_pb2.MemoryRecord:
     )
 
 
+def _set_request(request: memory_pb2.SetRequest) -> SetRequest:
+    return SetRequest(
+        key=request.key,
+        value_json=request.value_json,
+        ttl_seconds=request.ttl_seconds,
+        expected_version=request.expected_version,
+        create_only=request.create_only,
+        by=request.by,
+    )
+
+
 class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     def __init__(self, memory: Memory) -> None:
         self.memory = memory
@@ -35,14 +46,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         return _GetResponse(record=_to_pb(await self.memory.get(request.key)))
 
     async def Set(self, request, context):  # noqa: N802
-        rec = await self.memory.set(
-            request.key,
-            request.value_json,
-            ttl_seconds=request.ttl_seconds,
-            expected_version=request.expected_version,
-            create_only=request.create_only,
-            by=request.by,
-        )
+        rec = await self.memory.write(_set_request(request))
         return _SetResponse(record=_to_pb(rec))
 
     async def Delete(self, request, context):  # noqa: N802

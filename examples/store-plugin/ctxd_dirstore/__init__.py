@@ -1,7 +1,8 @@
 """ctxd store plugin: ``dir://PATH`` keeps one file per key under PATH.
 
 ctxd finds this module through the ``ctxd.stores`` entry point (see
-pyproject.toml) and calls the two hook implementations below.
+pyproject.toml) and calls the two hook implementations that
+:func:`sidecar.storeplugin.store_hooks` makes from :func:`open_dir`.
 """
 
 from __future__ import annotations
@@ -10,24 +11,15 @@ from collections.abc import Mapping
 from urllib.parse import unquote, urlsplit
 
 from ctxd_dirstore.store import DirStore
-from sidecar.hookspecs import hookimpl
+from sidecar.storeplugin import store_hooks
 
-__all__ = ["DirStore", "ctxd_open_store", "ctxd_store_schemes"]
+__all__ = ["DirStore", "ctxd_open_store", "ctxd_store_schemes", "open_dir"]
 
 _OPTIONS = {"locking"}
 
 
-@hookimpl
-def ctxd_store_schemes() -> list[str]:
-    """The URI schemes this plugin serves (shown by ``ctxd plugins``)."""
-    return ["dir"]
-
-
-@hookimpl
-def ctxd_open_store(scheme: str, uri: str, options: Mapping[str, str]) -> DirStore | None:
-    """Open ``dir://PATH[?locking=false]``; ``None`` lets other plugins answer."""
-    if scheme != "dir":
-        return None
+def open_dir(uri: str, options: Mapping[str, str]) -> DirStore:
+    """Open ``dir://PATH[?locking=false]``."""
     parts = urlsplit(uri)
     path = unquote(parts.netloc + parts.path)
     if not path:
@@ -40,3 +32,7 @@ def ctxd_open_store(scheme: str, uri: str, options: Mapping[str, str]) -> DirSto
     if locking not in {"true", "false"}:
         raise ValueError(f"dir store option locking={locking!r} must be true or false")
     return DirStore(path, locking=locking == "true")
+
+
+# Serves "dir" (shown by ``ctxd plugins``); other schemes are left to other plugins.
+ctxd_store_schemes, ctxd_open_store = store_hooks("dir", open_dir)

@@ -16,22 +16,24 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
 import os
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from sidecar.store import Capability, Item, PreconditionFailed, Store, StoreError, StoreFull
+from sidecar.store import (
+    Capability,
+    Item,
+    Store,
+    StoreError,
+    StoreFull,
+    check_precondition,
+    content_version,
+)
 
 #: Temporary files older than this are left over from a crash and removed on open.
 _STALE_TMP_SECONDS = 3600
-
-
-def content_version(value: bytes) -> str:
-    """A version that changes whenever the content does."""
-    return hashlib.blake2b(value, digest_size=12).hexdigest()
 
 
 class DirStore(Store):
@@ -60,8 +62,7 @@ class DirStore(Store):
     # -- reads: no lock needed, a rename replaces a file in one step ---------------
     def get(self, key: str) -> Item | None:
         with self._errors():
-            value = _read(self._path(key))
-        return None if value is None else Item(value, content_version(value))
+            return _item(self._path(key))
 
     def list(self, prefix: str, *, start_after: str = "", limit: int | None = None) -> list[str]:
         hex_prefix, hex_after = prefix.encode().hex(), start_after.encode().hex()
@@ -84,7 +85,7 @@ class DirStore(Store):
         path = self._path(key)
         with self._errors(), self._writer():
             if conditional:
-                _check(_read(path), if_version, if_absent)
+                check_precondition(_item(path), if_version, if_absent)
             self._replace(path, bytes(value))
         return content_version(value)
 
@@ -94,7 +95,7 @@ class DirStore(Store):
         path = self._path(key)
         with self._errors(), self._writer():
             if if_version is not None:
-                _check(_read(path), if_version, False)
+                check_precondition(_item(path), if_version, False)
             try:
                 path.unlink()
             except FileNotFoundError:
@@ -159,18 +160,13 @@ class DirStore(Store):
                     tmp.unlink()
 
 
-def _read(path: Path) -> bytes | None:
+def _item(path: Path) -> Item | None:
+    """The key's value and its content version, or ``None`` if absent."""
     try:
-        return path.read_bytes()
+        value = path.read_bytes()
     except FileNotFoundError:
         return None
-
-
-def _check(current: bytes | None, if_version: str | None, if_absent: bool) -> None:
-    if if_absent and current is not None:
-        raise PreconditionFailed("key already exists")
-    if if_version is not None and (current is None or content_version(current) != if_version):
-        raise PreconditionFailed("version does not match")
+    return Item(value, content_version(value))
 
 
 def _fsync_dir(path: Path) -> None:

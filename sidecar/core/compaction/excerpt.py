@@ -53,35 +53,26 @@ ID_MIN_CHARS = 160
 #: JSON longer than this is clipped as text instead of being re-serialised.
 COMPACT_JSON_MAX_CHARS = 256 * 1024
 
+#: What each list of the answer holds (the schema's descriptions).
+_LISTS = {
+    "goals": "what is being pursued",
+    "decisions": "what was decided, and why",
+    "open": "unresolved questions, pending work, promises made",
+    "facts": "concrete facts, values, identifiers and results worth keeping",
+}
 ANSWER_SCHEMA: dict = {
     "type": "object",
     "properties": {
-        "goals": {
-            "type": "array",
-            "items": {"type": "string"},
-            "description": "what is being pursued",
-        },
-        "decisions": {
-            "type": "array",
-            "items": {"type": "string"},
-            "description": "what was decided, and why",
-        },
-        "open": {
-            "type": "array",
-            "items": {"type": "string"},
-            "description": "unresolved questions, pending work, promises made",
-        },
-        "facts": {
-            "type": "array",
-            "items": {"type": "string"},
-            "description": "concrete facts, values, identifiers and results worth keeping",
+        **{
+            name: {"type": "array", "items": {"type": "string"}, "description": text}
+            for name, text in _LISTS.items()
         },
         "narrative": {
             "type": "string",
             "description": "free text, only for what does not fit the lists",
         },
     },
-    "required": ["goals", "decisions", "open", "facts"],
+    "required": list(_LISTS),
     "additionalProperties": False,
 }
 ANSWER_SCHEMA_JSON = json.dumps(ANSWER_SCHEMA, separators=(",", ":"))

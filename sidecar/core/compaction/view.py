@@ -27,20 +27,18 @@ estimate the record uses for ``est_tokens``, overhead included). An optional
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from sidecar.core.estimate import MESSAGE_OVERHEAD, estimate_message, estimate_text
+
 KINDS = frozenset({"system", "user", "assistant", "tool", "note"})
 
-#: Estimated tokens every message costs on top of its content (SPEC §2).
-MESSAGE_OVERHEAD_TOKENS = 4
-
-
-def estimate_text_tokens(text: str) -> int:
-    """ceil(chars / 4): ctxd's provider-independent token estimate (SPEC §2)."""
-    return math.ceil(len(text) / 4)
+#: The one token estimate (SPEC §2), under the names compaction has used.
+MESSAGE_OVERHEAD_TOKENS = MESSAGE_OVERHEAD
+estimate_text_tokens = estimate_text
+estimate_message_tokens = estimate_message
 
 
 @runtime_checkable
@@ -127,14 +125,3 @@ class MessageData:
     @classmethod
     def note(cls, id: str, text: str) -> MessageData:
         return cls("note", id, text=text)
-
-
-def estimate_message_tokens(m: MessageView) -> int:
-    """The SPEC §2 estimate of one message: its texts at chars/4, plus overhead."""
-    if m.kind == "tool":
-        body = estimate_text_tokens(m.content)
-    else:
-        body = estimate_text_tokens(m.text)
-        for call in m.tool_calls:
-            body += estimate_text_tokens(call.name) + estimate_text_tokens(call.arguments_json)
-    return body + MESSAGE_OVERHEAD_TOKENS

@@ -84,7 +84,7 @@ class Checkpointer:
         """Seal the log records and delete the segments a written head allows."""
         if cleanup is None:
             return
-        cid, gen = cleanup.state.id, cleanup.state.gen
+        cid, gen = cleanup.cid, cleanup.gen
 
         async def prepare():
             writes = [
@@ -95,7 +95,9 @@ class Checkpointer:
                 lambda s=s: self.store.delete_segment(cid, gen, s) for s in cleanup.segments
             ]
 
-        self.janitor.submit(Job(f"sweep {cid}", prepare, cleanup.done))
+        self.janitor.submit(
+            Job(f"sweep {cid}", prepare, cleanup.done, optional=True, dropped=cleanup.forget)
+        )
 
     # -- eviction ----------------------------------------------------------------------------
     def on_evict(self, e: Entry) -> None:

@@ -27,12 +27,9 @@ runtime), and a later ``@skill:`` reference loads them again.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
-import hashlib
-import json
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -51,12 +48,14 @@ from sidecar.core.compaction import (
     skills_to_evict,
     summarise,
 )
+from sidecar.core.compaction.view import MessageData, ToolCallData
 from sidecar.core.contexts.archive import new_record
 from sidecar.core.contexts.model import ContextState, Msg
+from sidecar.core.contexts.planref import PlanRef, digest
 from sidecar.core.contexts.service import ContextService
 from sidecar.core.contexts.tokens import MESSAGE_OVERHEAD, estimate_text
 from sidecar.core.errors import Conflict, CtxdError, InvalidArgument
-from sidecar.core.observe import CompactionObserver, NullObserver
+from sidecar.core.observe import CompactionHooks, CompactionObserver, NoHooks, NullObserver
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +64,6 @@ OP = "compact"
 MAX_ANSWER_CHARS = 1024 * 1024
 #: Longest ``instructions`` Compact accepts (characters).
 MAX_INSTRUCTIONS_CHARS = 8 * 1024
-_REF_PREFIX = "cp1."
 
 
 # -- results ---------------------------------------------------------------------------------
@@ -115,50 +113,6 @@ class CompactResult:
     applied: ApplyResult | None = None
 
 
-@dataclass(frozen=True)
-class _Ref:
-    gen: str
-    base: int
-    first: int
-    through: int
-    count: int
-    digest: str
-
-    def encode(self) -> str:
-        raw = json.dumps(
-            [self.gen, self.base, self.first, self.through, self.count, self.digest],
-            separators=(",", ":"),
-        ).encode()
-        return _REF_PREFIX + base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-    @classmethod
-    def decode(cls, text: str) -> _Ref:
-        bad = InvalidArgument(
-            "plan_ref", "is not a plan_ref PlanCompaction returned; plan the compaction again"
-        )
-        if not text.startswith(_REF_PREFIX) or len(text) > 512:
-            raise bad
-        body = text[len(_REF_PREFIX) :]
-        try:
-            gen, base, first, through, count, digest = json.loads(
-                base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
-            )
-            ref = cls(str(gen), int(base), int(first), int(through), int(count), str(digest))
-        except (binascii.Error, ValueError, TypeError):
-            raise bad from None
-        if ref.count < 1 or ref.first < 1 or ref.through < ref.first:
-            raise bad
-        return ref
-
-
-def _digest(folded: list[Msg]) -> str:
-    h = hashlib.sha256()
-    for m in folded:
-        h.update(m.id.encode())
-        h.update(b"\n")
-    return h.hexdigest()[:32]
-
-
 def cache_effect(st: ContextState, summary: Summary, folded: int) -> CacheEffect:
     """Compare the slice now with the slice after folding ``folded`` messages
     under ``summary``: how long a prefix stays byte-identical, and the rest."""
@@ -206,12 +160,17 @@ class Compactor:
         summarisers: dict[str, Any],
         *,
         observer: CompactionObserver | None = None,
+        hooks: CompactionHooks | None = None,
     ) -> None:
         self.service = service
         self.contexts_cfg = config.contexts
         self.cfg = config.compaction
         self.summarisers = summarisers
         self.observer: CompactionObserver = observer or NullObserver()
+        self.hooks: CompactionHooks = hooks or NoHooks()
+        #: Appends a note message to a context (set by the composition root);
+        #: used for the notes plugins return after a compaction.
+        self.append_note: Callable[[str, str], Awaitable[object]] | None = None
 
     async def stop(self) -> None:
         """Close the summarisers (their HTTP clients)."""
@@ -251,7 +210,9 @@ class Compactor:
                 True, reason=reason, base_version=st.version, tokens_before=st.est_tokens
             )
         folded = st.messages[: cut.fold]
-        ref = _Ref(st.gen, st.version, folded[0].seq, folded[-1].seq, len(folded), _digest(folded))
+        ref = PlanRef(
+            st.gen, st.version, folded[0].seq, folded[-1].seq, len(folded), digest(folded)
+        )
         previous = st.summary if not st.summary.is_empty() else None
         # The model's answer is not known yet: estimate with what ctxd adds
         # itself (the previous summary and the ledger of the folded messages).
@@ -270,7 +231,9 @@ class Compactor:
             fold_count=len(folded),
             fold_through_id=cut.fold_through_id,
             system_prompt=build_system_prompt(),
-            excerpt=build_excerpt(folded, previous, clip_chars=self.cfg.clip_chars),
+            excerpt=build_excerpt(
+                self._redacted(st.id, folded), previous, clip_chars=self.cfg.clip_chars
+            ),
             answer_schema_json=ANSWER_SCHEMA_JSON,
             tokens_before=st.est_tokens,
             cache=cache_effect(st, estimate, len(folded)),
@@ -279,7 +242,7 @@ class Compactor:
     # -- apply -------------------------------------------------------------------------------------
     async def apply(self, context_id: str, plan_ref: str, answer: str) -> ApplyResult:
         """Fold the planned prefix into the summary with the runtime's answer."""
-        ref = _Ref.decode(plan_ref)
+        ref = PlanRef.decode(plan_ref)
         if not answer.strip():
             raise InvalidArgument("answer", "is empty; send the model's JSON answer or plain text")
         if len(answer) > MAX_ANSWER_CHARS:
@@ -297,7 +260,7 @@ class Compactor:
         return result
 
     async def _commit(
-        self, context_id: str, ref: _Ref, addition: Summary, *, by: str
+        self, context_id: str, ref: PlanRef, addition: Summary, *, by: str
     ) -> ApplyResult:
         out: dict[str, Any] = {}
 
@@ -309,7 +272,7 @@ class Compactor:
                 or len(msgs) < n
                 or msgs[0].seq != ref.first
                 or msgs[n - 1].seq != ref.through
-                or _digest(msgs[:n]) != ref.digest
+                or digest(msgs[:n]) != ref.digest
             ):
                 raise Conflict(
                     f"context {st.id}: the messages this plan folds changed since version "
@@ -330,7 +293,7 @@ class Compactor:
                 cap=self.cfg.list_cap,
                 narrative_max_chars=self.cfg.narrative_max_chars,
                 now_ms=self.service.now(),
-                folded=msgs[:n],
+                folded=self._redacted(st.id, msgs[:n]),
                 ledger_cap=LedgerCap(self.cfg.ledger_max_items, self.cfg.ledger_max_bytes),
             )
             plan_text = [st.plan.render()] if st.plan is not None else []
@@ -364,17 +327,61 @@ class Compactor:
             }
 
         st, _ = await self.service.change(context_id, build, event="compaction")
-        after = st.est_tokens
-        return ApplyResult(
+        # Copied before awaiting: the record is the live object.
+        record = dict(st.compactions[-1]) if st.compactions else None
+        result = ApplyResult(
             version=st.version,
             folded=out["folded"],
             tokens_before=out["before"],
-            tokens_after=after,
+            tokens_after=st.est_tokens,
             summary=Summary.from_dict(st.summary.to_dict()),
             evicted_skills=list(out["evict"]),
             cache=out["cache"],
-            record=dict(st.compactions[-1]) if st.compactions else None,
+            record=record,
         )
+        if record is not None:
+            await self._after_compaction(context_id, record, list(st.messages))
+        return result
+
+    def _redacted(self, context_id: str, msgs: list[Msg]) -> list:
+        """The messages as they may leave ctxd for a summariser model."""
+        if isinstance(self.hooks, NoHooks):
+            return msgs
+
+        def r(text: str) -> str:
+            return self.hooks.redact(context_id, text) if text else text
+
+        return [
+            MessageData(
+                m.kind,
+                m.id,
+                text=r(m.text),
+                tool_calls=tuple(
+                    ToolCallData(c.id, c.name, r(c.arguments_json)) for c in m.tool_calls
+                ),
+                call_id=m.call_id,
+                name=m.name,
+                content=r(m.content),
+                is_error=m.is_error,
+                principal=m.principal,
+                tokens=m.tokens,
+                seq=m.seq,
+            )
+            for m in msgs
+        ]
+
+    async def _after_compaction(self, cid: str, record: dict, kept: list[Msg]) -> None:
+        """Plugins act on the committed compaction; nothing they do can undo it."""
+        notes = self.hooks.compacted(cid, self.service.compaction_info(record), kept)
+        for note in notes:
+            if self.append_note is None:
+                break
+            try:
+                await self.append_note(cid, note)
+            except CtxdError as exc:
+                log.warning(
+                    "compaction note not appended", extra={"context": cid, "error": str(exc)}
+                )
 
     def _abandoned(self, msgs: list[Msg], n: int) -> list:
         """The calls without a result this fold takes (only abandoned ones can be)."""
@@ -419,11 +426,13 @@ class Compactor:
             return CompactResult(False, reason=reason, summariser=plugin.name)
         folded = list(st.messages[: cut.fold])
         previous = Summary.from_dict(st.summary.to_dict())
-        ref = _Ref(st.gen, st.version, folded[0].seq, folded[-1].seq, len(folded), _digest(folded))
+        ref = PlanRef(
+            st.gen, st.version, folded[0].seq, folded[-1].seq, len(folded), digest(folded)
+        )
         try:
             done = await summarise(
                 plugin,
-                folded,
+                self._redacted(context_id, folded),
                 previous,
                 instructions=instructions,
                 clip_chars=self.cfg.clip_chars,

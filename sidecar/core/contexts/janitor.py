@@ -12,7 +12,9 @@ every write shares one writer thread, and on S3 one connection pool.
 Jobs lost to a crash are found again: a head records how far its log was
 swept and which dropped segments may remain (redone at the next restore),
 and a deletion keeps its trash record until its keys are gone (redone at
-start).
+start). The queue is bounded (``max_jobs``): past it, sweeps are not queued
+and are found again by the context's next checkpoint or restore, so a burst
+of checkpoints never grows memory without bound.
 """
 
 from __future__ import annotations
@@ -39,10 +41,17 @@ class Job:
     label: str
     prepare: Callable[[], Awaitable[list[Write]]]
     done: Callable[[], Awaitable[None] | None] = lambda: None
+    #: Found again without this process (a sweep is redone from the head at
+    #: the next restore), so it may be dropped when the queue is full.
+    optional: bool = False
+    #: Called instead when an optional job is dropped.
+    dropped: Callable[[], None] = lambda: None
 
 
 class Janitor:
-    def __init__(self, *, batch: int = 1, quiet: float = 0.02, max_wait: float = 1.0) -> None:
+    def __init__(
+        self, *, batch: int = 1, quiet: float = 0.02, max_wait: float = 1.0, max_jobs: int = 4096
+    ) -> None:
         self.batch = batch
         self.quiet = quiet
         self.max_wait = max_wait
@@ -55,6 +64,10 @@ class Janitor:
         self._last_foreground = 0.0
         self._draining = False
         self.writes = 0
+        #: Queue length past which optional jobs are dropped (back-pressure:
+        #: a burst of checkpoints never grows the queue without bound).
+        self.max_jobs = max_jobs
+        self.dropped = 0
 
     # -- foreground ----------------------------------------------------------------
     @contextlib.contextmanager
@@ -69,6 +82,10 @@ class Janitor:
 
     # -- jobs -------------------------------------------------------------------------
     def submit(self, job: Job) -> None:
+        if job.optional and len(self._jobs) >= self.max_jobs:
+            self.dropped += 1
+            job.dropped()
+            return
         self._jobs.append(job)
         self._idle.clear()
         self._wake.set()

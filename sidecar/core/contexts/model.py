@@ -18,13 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sidecar.core.compaction.summary import Summary
-from sidecar.core.contexts.tokens import (
-    DEFAULT_MODEL_WINDOW,
-    MESSAGE_OVERHEAD,
-    Calibration,
-    estimate_text,
-)
+from sidecar.core.contexts.tokens import DEFAULT_MODEL_WINDOW, Calibration
+from sidecar.core.estimate import MESSAGE_OVERHEAD, estimate_message, estimate_text
 from sidecar.core.plan import Plan
+from sidecar.core.skills.model import SkillRef
 
 ROOT_ID = "root"
 #: Context kinds.
@@ -79,6 +76,11 @@ class Msg:
     tokens: int = -1
     #: The context version whose change appended it (incremental reads).
     ver: int = 0
+    #: Its encoded form in replies, kept by the first read that encodes it
+    #: (messages never change once appended; see sidecar.server.wire).
+    wire: bytes | None = field(default=None, repr=False, compare=False)
+    #: ``size_bytes``, computed once.
+    nbytes: int = field(default=-1, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.tokens < 0:
@@ -91,9 +93,12 @@ class Msg:
     @property
     def size_bytes(self) -> int:
         """Bytes of text/JSON the message carries (the max_message_bytes measure)."""
-        n = len(self.text.encode()) + len(self.content.encode())
-        for c in self.tool_calls:
-            n += len(c.arguments_json.encode()) + len(c.name.encode()) + len(c.id.encode())
+        n = self.nbytes
+        if n < 0:
+            n = len(self.text.encode()) + len(self.content.encode())
+            for c in self.tool_calls:
+                n += len(c.arguments_json.encode()) + len(c.name.encode()) + len(c.id.encode())
+            self.nbytes = n
         return n
 
     @property
@@ -160,27 +165,6 @@ class Msg:
             int(d.get("ts", 0)),
             ver=int(d.get("v", 0)),
         )
-
-
-def estimate_message(m: Msg) -> int:
-    """SPEC §2: text at chars/4 (tool calls: name + arguments; tool results:
-    the content, JSON by its text) plus the per-message overhead."""
-    if m.kind == TOOL:
-        body = estimate_text(m.content)
-    else:
-        body = estimate_text(m.text)
-        for c in m.tool_calls:
-            body += estimate_text(c.name) + estimate_text(c.arguments_json)
-    return body + MESSAGE_OVERHEAD
-
-
-# -- skills ---------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class SkillRef:
-    """A loaded skill: its name and the SHA-256 of the body that was loaded."""
-
-    name: str
-    hash: str
 
 
 # -- the record ---------------------------------------------------------------------------------

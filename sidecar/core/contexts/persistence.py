@@ -18,6 +18,7 @@ import asyncio
 import json
 import logging
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
@@ -98,7 +99,7 @@ class ContextStore:
         self.idem_cap = idem_cap
         #: How long folded messages stay stored (0: deleted with their segment).
         self.archive_ttl_ms = archive_ttl_ms
-        self.remote = not storage.store.inline_reads
+        self.remote = not storage.inline_reads
 
     # -- helpers -------------------------------------------------------------------
     async def _bounded(self, jobs: Iterable[Callable[[], Awaitable[T]]]) -> list[T]:
@@ -339,19 +340,33 @@ class ContextStore:
 
 class Cleanup:
     """Work a head allows once written: seal log records ``first..last`` and
-    delete ``segments`` (no head names them any more)."""
+    delete ``segments`` (no head names them any more).
 
-    __slots__ = ("state", "first", "last", "segments")
+    It holds its context weakly: queued clean-up must never keep an evicted
+    context's messages in memory. If the context left memory meanwhile, the
+    progress is not recorded; the next restore finds the work again."""
+
+    __slots__ = ("_state", "cid", "gen", "first", "last", "segments")
 
     def __init__(self, state: ContextState, first: int, last: int, segments: list[SegmentRef]):
-        self.state = state
+        self._state = weakref.ref(state)
+        self.cid, self.gen = state.id, state.gen
         self.first = first
         self.last = last
         self.segments = segments
 
+    def forget(self) -> None:
+        """Not queued after all: the next checkpoint offers this work again."""
+        st = self._state()
+        if st is not None:
+            st.sweep_queued = min(st.sweep_queued, self.first - 1)
+            st.drop_queued.difference_update(self.segments)
+
     def done(self) -> None:
         """Record the progress on the state; the next head carries it."""
-        st = self.state
+        st = self._state()
+        if st is None:
+            return
         if self.first <= st.swept_through + 1:
             st.swept_through = max(st.swept_through, self.last)
         st.dropped = [s for s in st.dropped if s not in self.segments]

@@ -22,7 +22,8 @@ from typing import Any
 from sidecar.config import PlanConfig
 from sidecar.core.contexts.model import ContextState
 from sidecar.core.contexts.service import ContextService
-from sidecar.core.plan import Binding, Plan, Planner, RunOutcome, validate_preflight
+from sidecar.core.plan import Binding, Plan, Planner, RunOutcome
+from sidecar.core.preflight import validate_preflight
 
 #: A plan edit: the current plan (None when there is none) -> the new one.
 PlanEdit = Callable[[Planner, Plan | None], Plan | None]

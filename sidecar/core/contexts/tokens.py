@@ -28,8 +28,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-#: Estimated tokens each message costs on top of its text (role, framing).
-MESSAGE_OVERHEAD = 4
+# The one estimate, re-exported for the contexts package.
+from sidecar.core.estimate import MESSAGE_OVERHEAD as MESSAGE_OVERHEAD
+from sidecar.core.estimate import estimate_text as estimate_text
 
 #: Known model windows: the first entry whose test matches the lower-cased
 #: model name wins.
@@ -50,11 +51,6 @@ MIN_RATIO = 0.5
 MAX_RATIO = 3.0
 SMOOTHING = 0.3
 MIN_SAMPLE_TOKENS = 64
-
-
-def estimate_text(text: str) -> int:
-    """``ceil(chars / 4)``: ``""`` → 0, ``"abcd"`` → 1, ``"abcde"`` → 2."""
-    return -(-len(text) // 4)
 
 
 def window_for_model(name: str, default: int = DEFAULT_MODEL_WINDOW) -> int:

@@ -320,7 +320,7 @@ class KeyIndex:
 
     async def _read_many(self, names: list[str]) -> list[Item | None]:
         keys = [self.prefix + n for n in names]
-        if self.storage.store.inline_reads:
+        if self.storage.inline_reads:
             return [await self.storage.get(k) for k in keys]
         sem = asyncio.Semaphore(READ_CONCURRENCY)
 

@@ -42,6 +42,13 @@ class ReadConsistency(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     READ_CONSISTENCY_LATEST: _ClassVar[ReadConsistency]
     READ_CONSISTENCY_CACHED: _ClassVar[ReadConsistency]
 
+class MessageFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MESSAGE_FORMAT_UNSPECIFIED: _ClassVar[MessageFormat]
+    MESSAGE_FORMAT_CTXD: _ClassVar[MessageFormat]
+    MESSAGE_FORMAT_OPENAI: _ClassVar[MessageFormat]
+    MESSAGE_FORMAT_ANTHROPIC: _ClassVar[MessageFormat]
+
 class SliceChange(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     SLICE_CHANGE_UNSPECIFIED: _ClassVar[SliceChange]
@@ -86,6 +93,10 @@ CONTEXT_VIEW_SLICE: ContextView
 READ_CONSISTENCY_UNSPECIFIED: ReadConsistency
 READ_CONSISTENCY_LATEST: ReadConsistency
 READ_CONSISTENCY_CACHED: ReadConsistency
+MESSAGE_FORMAT_UNSPECIFIED: MessageFormat
+MESSAGE_FORMAT_CTXD: MessageFormat
+MESSAGE_FORMAT_OPENAI: MessageFormat
+MESSAGE_FORMAT_ANTHROPIC: MessageFormat
 SLICE_CHANGE_UNSPECIFIED: SliceChange
 SLICE_CHANGE_NONE: SliceChange
 SLICE_CHANGE_APPEND: SliceChange
@@ -332,34 +343,42 @@ class ContextInfo(_message.Message):
     def __init__(self, id: _Optional[str] = ..., kind: _Optional[_Union[ContextKind, str]] = ..., version: _Optional[int] = ..., turns: _Optional[int] = ..., est_tokens: _Optional[int] = ..., updated_ms: _Optional[int] = ..., created_ms: _Optional[int] = ..., message_count: _Optional[int] = ..., model_window: _Optional[int] = ..., archived: _Optional[bool] = ...) -> None: ...
 
 class GetContextRequest(_message.Message):
-    __slots__ = ("context_id", "view", "consistency", "page_size", "page_token", "since_version")
+    __slots__ = ("context_id", "view", "consistency", "page_size", "page_token", "since_version", "format", "cache_breakpoint")
     CONTEXT_ID_FIELD_NUMBER: _ClassVar[int]
     VIEW_FIELD_NUMBER: _ClassVar[int]
     CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     SINCE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    CACHE_BREAKPOINT_FIELD_NUMBER: _ClassVar[int]
     context_id: str
     view: ContextView
     consistency: ReadConsistency
     page_size: int
     page_token: str
     since_version: int
-    def __init__(self, context_id: _Optional[str] = ..., view: _Optional[_Union[ContextView, str]] = ..., consistency: _Optional[_Union[ReadConsistency, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., since_version: _Optional[int] = ...) -> None: ...
+    format: MessageFormat
+    cache_breakpoint: bool
+    def __init__(self, context_id: _Optional[str] = ..., view: _Optional[_Union[ContextView, str]] = ..., consistency: _Optional[_Union[ReadConsistency, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., since_version: _Optional[int] = ..., format: _Optional[_Union[MessageFormat, str]] = ..., cache_breakpoint: _Optional[bool] = ...) -> None: ...
 
 class GetContextResponse(_message.Message):
-    __slots__ = ("info", "context", "slice", "next_page_token", "change")
+    __slots__ = ("info", "context", "slice", "next_page_token", "change", "messages_json", "system_json")
     INFO_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_FIELD_NUMBER: _ClassVar[int]
     SLICE_FIELD_NUMBER: _ClassVar[int]
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     CHANGE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_JSON_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_JSON_FIELD_NUMBER: _ClassVar[int]
     info: ContextInfo
     context: Context
     slice: _containers.RepeatedCompositeFieldContainer[Message]
     next_page_token: str
     change: SliceChange
-    def __init__(self, info: _Optional[_Union[ContextInfo, _Mapping]] = ..., context: _Optional[_Union[Context, _Mapping]] = ..., slice: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., change: _Optional[_Union[SliceChange, str]] = ...) -> None: ...
+    messages_json: str
+    system_json: str
+    def __init__(self, info: _Optional[_Union[ContextInfo, _Mapping]] = ..., context: _Optional[_Union[Context, _Mapping]] = ..., slice: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., change: _Optional[_Union[SliceChange, str]] = ..., messages_json: _Optional[str] = ..., system_json: _Optional[str] = ...) -> None: ...
 
 class ListContextsRequest(_message.Message):
     __slots__ = ("page_size", "page_token", "kind", "include_archived")
@@ -382,7 +401,7 @@ class ListContextsResponse(_message.Message):
     def __init__(self, contexts: _Optional[_Iterable[_Union[ContextInfo, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class AppendTurnRequest(_message.Message):
-    __slots__ = ("context_id", "messages", "expected_version", "idempotency_key", "principal", "model_window", "model", "task")
+    __slots__ = ("context_id", "messages", "expected_version", "idempotency_key", "principal", "model_window", "model", "task", "messages_json", "format", "system_json")
     CONTEXT_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -391,6 +410,9 @@ class AppendTurnRequest(_message.Message):
     MODEL_WINDOW_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_JSON_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_JSON_FIELD_NUMBER: _ClassVar[int]
     context_id: str
     messages: _containers.RepeatedCompositeFieldContainer[Message]
     expected_version: int
@@ -399,7 +421,10 @@ class AppendTurnRequest(_message.Message):
     model_window: int
     model: str
     task: str
-    def __init__(self, context_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., expected_version: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., principal: _Optional[str] = ..., model_window: _Optional[int] = ..., model: _Optional[str] = ..., task: _Optional[str] = ...) -> None: ...
+    messages_json: str
+    format: MessageFormat
+    system_json: str
+    def __init__(self, context_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., expected_version: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., principal: _Optional[str] = ..., model_window: _Optional[int] = ..., model: _Optional[str] = ..., task: _Optional[str] = ..., messages_json: _Optional[str] = ..., format: _Optional[_Union[MessageFormat, str]] = ..., system_json: _Optional[str] = ...) -> None: ...
 
 class AppendTurnResponse(_message.Message):
     __slots__ = ("version", "est_tokens", "compaction_due", "message_ids", "replayed", "unknown_skills", "loaded_skills")

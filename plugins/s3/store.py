@@ -1,28 +1,11 @@
-"""``s3://BUCKET/PREFIX``: objects in an S3 (or S3-compatible) bucket.
-
-Several sidecars may share one bucket: conditional writes (If-None-Match /
-If-Match) make every racing write either win or fail cleanly. Credentials
-come from the standard boto3 chain (environment, profile, instance or pod
-role), never from the URI.
-
-Options (URI query): ``endpoint_url``, ``region``, ``list`` (``true``; set
-``false`` when the role may not list the bucket: the sidecar then serves
-listing from its own index), ``addressing_style`` (``auto``/``path``/
-``virtual``), ``connect_timeout`` and ``read_timeout`` (seconds, default 2
-and 10), ``max_attempts`` (standard retry mode; attempts in all, the first
-included, as in the AWS config file; default 4), ``profile``.
-"""
+"""The S3 store itself (boto3); opened by :mod:`plugins.s3`."""
 
 from __future__ import annotations
-
-from collections.abc import Mapping
-from urllib.parse import unquote, urlsplit
 
 import boto3
 import botocore.config
 import botocore.exceptions
 
-from sidecar.hookspecs import hookimpl
 from sidecar.store import (
     Capability,
     Item,
@@ -31,10 +14,6 @@ from sidecar.store import (
     StoreError,
     StoreUnavailable,
 )
-
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
-
 
 #: S3's limit on an object key, in UTF-8 bytes.
 S3_MAX_KEY_BYTES = 1024
@@ -195,53 +174,3 @@ def _translate(exc: Exception) -> StoreError:
     if isinstance(exc, botocore.exceptions.NoCredentialsError):
         return StoreUnavailable("no S3 credentials found")
     return StoreUnavailable(f"S3 is unreachable ({type(exc).__name__})")
-
-
-def _flag(options: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = options.get(name)
-    if raw is None:
-        return default
-    if raw.lower() in _TRUE:
-        return True
-    if raw.lower() in _FALSE:
-        return False
-    raise ValueError(f"s3 store option {name}={raw!r} must be true or false")
-
-
-def _number(options: Mapping[str, str], name: str, default: float) -> float:
-    raw = options.get(name)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"s3 store option {name}={raw!r} must be a number") from None
-    if value <= 0:
-        raise ValueError(f"s3 store option {name} must be positive")
-    return value
-
-
-@hookimpl
-def ctxd_store_schemes() -> list[str]:
-    return ["s3"]
-
-
-@hookimpl
-def ctxd_open_store(scheme: str, uri: str, options: Mapping[str, str]) -> Store | None:
-    if scheme != "s3":
-        return None
-    parts = urlsplit(uri)
-    if not parts.netloc:
-        raise ValueError("s3 store URI needs a bucket, e.g. s3://my-bucket/ctxd")
-    return S3Store(
-        parts.netloc,
-        unquote(parts.path),
-        endpoint_url=options.get("endpoint_url") or None,
-        region=options.get("region") or None,
-        can_list=_flag(options, "list", True),
-        addressing_style=options.get("addressing_style", "auto"),
-        connect_timeout=_number(options, "connect_timeout", 2.0),
-        read_timeout=_number(options, "read_timeout", 10.0),
-        max_attempts=int(_number(options, "max_attempts", 4)),
-        profile=options.get("profile") or None,
-    )

@@ -1,0 +1,41 @@
+"""Every built-in store refuses a URI option it does not know: one line
+naming it, exit 2, nothing opened (a misspelt option is never ignored)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from sidecar.plugins import open_store
+
+
+@pytest.mark.parametrize(
+    ("uri", "bad"),
+    [
+        ("lmdb://{tmp}/data?map_sise=1GiB", "map_sise"),
+        ("s3://bucket/prefix?regoin=eu-west-1", "regoin"),
+        ("memory://?persist=true", "persist"),
+    ],
+)
+def test_unknown_store_options_are_refused(tmp_path, uri, bad):
+    uri = uri.format(tmp=tmp_path)
+    with pytest.raises(ValueError, match=f"unknown .* store option '{bad}'"):
+        open_store(uri)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sidecar", "serve", "--listen", "127.0.0.1:0", "--store", uri],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and bad in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "data").exists()  # nothing was created
+
+
+def test_known_options_still_open(tmp_path):
+    store = open_store(f"lmdb://{tmp_path / 'ok'}?map_size=64MiB")
+    store.close()
