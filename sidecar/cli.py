@@ -1,7 +1,8 @@
 """The ``ctxd`` command: ``serve`` and admin verbs.
 
 Configuration problems (a bad value, an unknown key, a missing file) print
-one line naming the setting and exit 2; so does a plugin that cannot load.
+one line naming the setting and exit 2; so do a plugin that cannot load and
+a sidecar that cannot start (address in use, store that cannot be opened).
 """
 
 from __future__ import annotations
@@ -9,9 +10,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 
-from sidecar import __version__, config, logs
+# gRPC's C core writes its own lines (not JSON) to stderr; it reads this once,
+# when grpc is first imported, so it is set before anything imports grpc.
+os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+
+from sidecar import __version__, config, logs  # noqa: E402
 
 log = logging.getLogger("ctxd")
 
@@ -123,6 +129,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _fail(message: str) -> int:
+    for handler in logging.getLogger().handlers:
+        handler.flush()  # lines logged before come first
     print(f"ctxd: {' '.join(message.split())}", file=sys.stderr)
     return 2
 
@@ -212,13 +220,14 @@ def main(argv: list[str] | None = None) -> int:
     logs.setup(cfg.log_level, cfg.log_format)
     _log_warnings(cfg)
 
-    from sidecar.server.app import run
+    from sidecar.server.app import StartupError, run
 
     try:
         return asyncio.run(run(cfg))
-    except (ValueError, OSError) as exc:
-        log.error("cannot start", extra={"error": str(exc)})
-        return 2
+    except (StartupError, ValueError) as exc:
+        return _fail(f"cannot start: {exc}")
+    except OSError as exc:
+        return _fail(f"cannot start: {exc.strerror or exc}")
     except KeyboardInterrupt:
         return 0
 

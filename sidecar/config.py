@@ -350,6 +350,14 @@ class Config(BaseSettings):
     log_level: str = "INFO"
     #: "json" (structured, one object per line) or "text".
     log_format: Literal["json", "text"] = "json"
+    #: Level of the one access line per RPC (DEBUG, INFO, WARNING, ERROR,
+    #: CRITICAL), or "off" for none.
+    access_log_level: str = "INFO"
+    #: Most WatchContext streams open at once; more are RESOURCE_EXHAUSTED.
+    max_watch_streams: Positive = 256
+    #: Most Health.Watch streams open at once (probes need no token, so they
+    #: are capped on their own).
+    max_health_watch_streams: Positive = 64
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     contexts: ContextsConfig = Field(default_factory=ContextsConfig)
     plan: PlanConfig = Field(default_factory=PlanConfig)
@@ -382,6 +390,15 @@ class Config(BaseSettings):
     def _known_level(cls, value: str) -> str:
         if value.upper() not in LOG_LEVELS:
             raise ValueError(f"must be {', '.join(LOG_LEVELS[:-1])} or {LOG_LEVELS[-1]}")
+        return value.upper()
+
+    @field_validator("access_log_level")
+    @classmethod
+    def _known_access_level(cls, value: str) -> str:
+        if value.lower() == "off":
+            return "OFF"
+        if value.upper() not in LOG_LEVELS:
+            raise ValueError(f"must be {', '.join(LOG_LEVELS)} or off")
         return value.upper()
 
     @field_validator("prefix", "instance")

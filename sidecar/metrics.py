@@ -28,12 +28,14 @@ _LATENCY_BUCKETS = (
 )
 
 RPC_REQUESTS = Counter(
-    "ctxd_rpc_requests_total", "RPCs handled, by method and status code.", ["method", "code"]
+    "ctxd_rpc_requests_total",
+    "RPCs handled, by service, method and status code.",
+    ["service", "method", "code"],
 )
 RPC_LATENCY = Histogram(
     "ctxd_rpc_latency_seconds",
-    "RPC handling time, by method and status code.",
-    ["method", "code"],
+    "RPC handling time, by service, method and status code.",
+    ["service", "method", "code"],
     buckets=_LATENCY_BUCKETS,
 )
 STORE_LATENCY = Histogram(
@@ -48,8 +50,12 @@ STORE_ERRORS = Counter(
     ["backend", "op", "kind"],
 )
 CONTEXTS_RESIDENT = Gauge("ctxd_contexts_resident", "Contexts held in the in-memory registry.")
-CONTEXT_TOKENS = Gauge(
-    "ctxd_context_tokens", "Estimated tokens of each resident context.", ["context"]
+#: One observation per committed turn (no per-context label: that would grow
+#: without bound); the buckets span small chats to million-token windows.
+CONTEXT_TOKENS = Histogram(
+    "ctxd_context_tokens",
+    "Estimated tokens of a context after each turn.",
+    buckets=(1_000, 4_000, 16_000, 32_000, 64_000, 128_000, 200_000, 400_000, 1_000_000),
 )
 COMPACTIONS = Counter(
     "ctxd_compactions_total", "Compactions, by trigger and result.", ["trigger", "result"]
@@ -69,6 +75,16 @@ class PrometheusObserver:
 
     def compaction(self, trigger: str, result: str) -> None:
         COMPACTIONS.labels(trigger, result).inc()
+
+    def memory_counts(self, keys: int, value_bytes: int) -> None:
+        MEMORY_KEYS.set(keys)
+        MEMORY_BYTES.set(value_bytes)
+
+    def contexts_resident(self, count: int) -> None:
+        CONTEXTS_RESIDENT.set(count)
+
+    def context_tokens(self, tokens: int) -> None:
+        CONTEXT_TOKENS.observe(tokens)
 
     def store_op(self, backend: str, op: str, seconds: float, error_kind: str | None) -> None:
         """As ``ctxd_store_operation_seconds`` and ``ctxd_store_errors_total``."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import random
 import subprocess
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -296,27 +297,54 @@ def read_only_dir(tmp_path):
     subprocess.run(["umount", "-l", str(path)], capture_output=True)
 
 
+def serve_refused(*args: str) -> str:
+    """``ctxd serve`` that must refuse to start: exit 2, one ``ctxd:`` line and
+    no traceback in ALL of its stderr (which the spawn fixture truncates)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "sidecar", "serve", "--listen", "127.0.0.1:0", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("ctxd: ")]
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
 def test_read_only_data_directory_is_refused_clearly_at_start(spawn_sidecar, read_only_dir):
     """LMDB needs its lock file writable, so a read-only data directory is
-    refused at start-up with a clear message (no traceback, no path), and
-    the data in it is untouched."""
+    refused at start-up with one clear line (no traceback, no path), and the
+    data in it is untouched."""
     path, make_read_only = read_only_dir
     sc = spawn_sidecar("--store", f"lmdb://{path}")
     sc.running().memory.Set(mpb.SetRequest(key="kept", value_json='"yes"'), timeout=30)
     assert sc.terminate() == 0
     make_read_only()
-    with pytest.raises(RuntimeError) as info:
-        sc.start(timeout=30)
-    message = str(info.value)
-    assert "LMDB" in message or "lmdb" in message, message
-    assert "Traceback" not in message, message
-    assert sc.proc.returncode != 0
+    line = serve_refused("--store", f"lmdb://{path}")
+    assert line.startswith("ctxd: cannot start: cannot open the lmdb store: "), line
+    assert line.endswith("Read-only file system") and str(path) not in line, line
     # The data is intact once the directory is writable again.
     subprocess.run(["mount", "-o", "remount,bind,rw", str(path)], check=True)
     sc.start(timeout=30)
     assert (
         sc.running().memory.Get(mpb.GetRequest(key="kept"), timeout=30).record.value_json == '"yes"'
     )
+
+
+def test_a_second_sidecar_on_an_lmdb_directory_in_use(spawn_sidecar, tmp_path):
+    """LMDB itself lets several processes share an environment (its lock file
+    coordinates them), so a second sidecar on the same directory starts and
+    sees the same data; this records that behaviour, and that nothing at
+    start-up fails with a traceback."""
+    path = tmp_path / "shared"
+    one = spawn_sidecar("--store", f"lmdb://{path}")
+    one.running().memory.Set(mpb.SetRequest(key="k", value_json="1"), timeout=30)
+    two = spawn_sidecar("--store", f"lmdb://{path}")
+    assert two.running().memory.Get(mpb.GetRequest(key="k"), timeout=30).record.value_json == "1"
+    assert two.terminate() == 0 and one.terminate() == 0
+    assert "Traceback" not in one.stderr() + two.stderr()
 
 
 @pytest.fixture

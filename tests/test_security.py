@@ -163,6 +163,7 @@ def test_metrics_endpoint_counts_rpcs_by_method_and_code(start_sidecar):
     with pytest.raises(grpc.RpcError):
         memory_pb2_grpc.MemoryServiceStub(sc.channel).Get(memory_pb2.GetRequest(key=""), timeout=10)
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    assert 'ctxd_rpc_requests_total{code="OK",method="List"}' in body
-    assert 'ctxd_rpc_latency_seconds_bucket{code="OK",le="0.0002",method="List"}' in body
+    labels = 'method="List",service="ctxd.v1.MemoryService"'
+    assert f'ctxd_rpc_requests_total{{code="OK",{labels}}}' in body
+    assert f'ctxd_rpc_latency_seconds_bucket{{code="OK",le="0.0002",{labels}}}' in body
     assert "ctxd_store_operation_seconds" in body

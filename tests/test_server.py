@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import time
 
 import grpc
 import pytest
+from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from grpc_status import rpc_status
 
+from sidecar.api.ctxd.v1 import context_pb2 as cpb
+from sidecar.server.interceptors import HEALTH_WATCH, WATCH_CONTEXT
 from tests.conftest import free_port, wait_serving
 
 
@@ -102,3 +107,124 @@ def test_config_precedence_flags_over_env_over_file(tmp_path):
         overrides={"instance": "from-flag"},
     )
     assert (cfg.listen, cfg.instance, cfg.memory.max_keys) == ("127.0.0.1:1", "from-flag", 8)
+
+
+# -- stream caps ---------------------------------------------------------------------------------
+def _wait_open(sc, method: str, n: int) -> None:
+    gate = sc.extra["sidecar"].gate
+    deadline = time.monotonic() + 10
+    while gate.open_streams(method) != n:
+        assert time.monotonic() < deadline, f"{gate.open_streams(method)} streams open, not {n}"
+        time.sleep(0.01)
+
+
+def _quota(err: grpc.RpcError) -> error_details_pb2.QuotaFailure:
+    st = rpc_status.from_call(err)
+    for detail in st.details:
+        if detail.Is(error_details_pb2.QuotaFailure.DESCRIPTOR):
+            out = error_details_pb2.QuotaFailure()
+            detail.Unpack(out)
+            return out
+    raise AssertionError("no QuotaFailure detail")
+
+
+def test_watch_streams_are_capped_with_a_quota_failure(start_sidecar):
+    sc = start_sidecar("memory://", max_watch_streams=2)
+    sc.contexts.AppendTurn(
+        cpb.AppendTurnRequest(
+            context_id="w", messages=[cpb.Message(user=cpb.UserMessage(text="x"))]
+        )
+    )
+    open_ = [sc.contexts.WatchContext(cpb.WatchContextRequest(context_id="w")) for _ in range(2)]
+    _wait_open(sc, WATCH_CONTEXT, 2)
+    third = sc.contexts.WatchContext(cpb.WatchContextRequest(context_id="w"), timeout=10)
+    with pytest.raises(grpc.RpcError) as err:
+        next(third)
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    (violation,) = _quota(err.value).violations
+    assert violation.subject == "max_watch_streams"
+    # A slot comes back when a watcher leaves.
+    open_[0].cancel()
+    _wait_open(sc, WATCH_CONTEXT, 1)
+    again = sc.contexts.WatchContext(cpb.WatchContextRequest(context_id="w"))
+    _wait_open(sc, WATCH_CONTEXT, 2)
+    for call in (open_[1], again):
+        call.cancel()
+
+
+def test_health_watch_needs_no_token_but_is_capped(start_sidecar):
+    sc = start_sidecar("memory://", auth_token="t0ken", max_health_watch_streams=1)
+    first = sc.health.Watch(health_pb2.HealthCheckRequest())
+    assert next(first).status == health_pb2.HealthCheckResponse.SERVING
+    second = sc.health.Watch(health_pb2.HealthCheckRequest(), timeout=10)
+    with pytest.raises(grpc.RpcError) as err:
+        next(second)
+        next(second)
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert _quota(err.value).violations[0].subject == "max_health_watch_streams"
+    first.cancel()
+    _wait_open(sc, HEALTH_WATCH, 0)
+    third = sc.health.Watch(health_pb2.HealthCheckRequest())
+    assert next(third).status == health_pb2.HealthCheckResponse.SERVING
+    third.cancel()
+
+
+def test_a_stop_ends_health_watch_with_not_serving_then_unavailable(start_sidecar):
+    sc = start_sidecar("memory://")
+    watch = sc.health.Watch(health_pb2.HealthCheckRequest(), timeout=30)
+    assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
+    handle = sc.extra["handle"]
+    handle.call(handle.sidecar.stop(grace=5))
+    seen = []
+    with pytest.raises(grpc.RpcError) as err:
+        for resp in watch:
+            seen.append(resp.status)
+    assert seen == [health_pb2.HealthCheckResponse.NOT_SERVING]
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "stopping" in err.value.details()
+
+
+# -- start-up refusals ---------------------------------------------------------------------------
+def _refused(*args: str) -> str:
+    """Run ``ctxd serve`` that must refuse to start; all of its stderr."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "sidecar", "serve", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    (line,) = [line for line in proc.stderr.splitlines() if line.startswith("ctxd: ")]
+    return line
+
+
+def test_a_port_out_of_range_is_refused():
+    line = _refused("--listen", "127.0.0.1:99999", "--store", "memory://")
+    assert line == "ctxd: cannot start: listen: port 99999 is out of range (0-65535)"
+
+
+def test_a_port_in_use_is_refused_with_the_os_reason():
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        line = _refused("--listen", f"127.0.0.1:{port}", "--store", "memory://")
+        assert (
+            line == f"ctxd: cannot start: cannot listen on 127.0.0.1:{port}: Address already in use"
+        )
+        line = _refused(
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            f"127.0.0.1:{port}",
+            "--store",
+            "memory://",
+        )
+        assert "(metrics_listen): Address already in use" in line
+
+
+def test_an_lmdb_directory_that_cannot_be_created_is_refused(tmp_path):
+    (tmp_path / "file").write_text("not a directory")
+    line = _refused("--listen", "127.0.0.1:0", "--store", f"lmdb://{tmp_path / 'file' / 'data'}")
+    assert line == "ctxd: cannot start: cannot open the lmdb store: Not a directory"

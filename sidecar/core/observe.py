@@ -17,6 +17,19 @@ class CompactionObserver(Protocol):
         ok, failed or declined."""
 
 
+class MemoryObserver(Protocol):
+    def memory_counts(self, keys: int, value_bytes: int) -> None:
+        """The agent-memory counters changed (live keys, bytes of values)."""
+
+
+class ContextsObserver(Protocol):
+    def contexts_resident(self, count: int) -> None:
+        """The number of contexts held in memory changed."""
+
+    def context_tokens(self, tokens: int) -> None:
+        """A turn was committed; the context's token estimate is now ``tokens``."""
+
+
 class StoreObserver(Protocol):
     """Told of every store call :class:`sidecar.core.storage.Storage` makes."""
 
@@ -30,6 +43,15 @@ class NullObserver:
     """Observes nothing."""
 
     def compaction(self, trigger: str, result: str) -> None:
+        pass
+
+    def memory_counts(self, keys: int, value_bytes: int) -> None:
+        pass
+
+    def contexts_resident(self, count: int) -> None:
+        pass
+
+    def context_tokens(self, tokens: int) -> None:
         pass
 
     def store_op(self, backend: str, op: str, seconds: float, error_kind: str | None) -> None:

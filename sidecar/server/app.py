@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import os
 import signal
+import socket
+import time
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -16,8 +20,15 @@ from sidecar.config import Config
 from sidecar.core.errors import CtxdError
 from sidecar.plugins import plugin_manager
 from sidecar.server import composition
-from sidecar.server.interceptors import AuthInterceptor, ServiceInterceptor
+from sidecar.server.interceptors import (
+    HEALTH_WATCH,
+    WATCH_CONTEXT,
+    AuthInterceptor,
+    Gate,
+    ServiceInterceptor,
+)
 from sidecar.server.registration import add_service
+from sidecar.store import StoreError
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +39,12 @@ SERVICE_NAMES = (
 
 #: gRPC's own limit on one message; bigger requests fail with RESOURCE_EXHAUSTED.
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+#: Seconds open streams get, after health turns NOT_SERVING, to send it and end.
+STREAM_SETTLE = 0.05
+
+
+class StartupError(Exception):
+    """Start-up cannot go on; the message is one line for the operator."""
 
 
 class Sidecar:
@@ -43,15 +60,29 @@ class Sidecar:
     async def start(self) -> str:
         """Open the store and start serving; return the bound address."""
         cfg = self.config
-        self.domain = await composition.build(cfg, plugin_manager())
+        check_address(cfg.listen, "listen")
+        if cfg.metrics_listen:
+            check_address(cfg.metrics_listen, "metrics_listen")
+        self.domain = await open_domain(cfg)
         self.storage = self.domain.storage
         self.contexts, self.memory = composition.servicers(self.domain)
 
-        interceptors: list[grpc.aio.ServerInterceptor] = []
+        # Outermost first: metrics, access log and error mapping see every
+        # call, refusals included; the gate sits next to the handlers.
+        access = cfg.access_log_level
+        interceptors: list[grpc.aio.ServerInterceptor] = [
+            ServiceInterceptor(None if access == "OFF" else logging.getLevelName(access))
+        ]
         token = read_token(cfg)
         if token:
             interceptors.append(AuthInterceptor(token))
-        interceptors.append(ServiceInterceptor())
+        self.gate = Gate(
+            {
+                WATCH_CONTEXT: ("max_watch_streams", cfg.max_watch_streams),
+                HEALTH_WATCH: ("max_health_watch_streams", cfg.max_health_watch_streams),
+            }
+        )
+        interceptors.append(self.gate)
         self.server = grpc.aio.server(
             interceptors=interceptors,
             options=[
@@ -73,9 +104,18 @@ class Sidecar:
         reflection.enable_server_reflection(
             (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server
         )
-        self.address = self._bind(cfg.listen, server_credentials(cfg))
-        if cfg.metrics_listen:
-            metrics.serve(cfg.metrics_listen)
+        try:
+            self.address = self._bind(cfg.listen, server_credentials(cfg))
+            if cfg.metrics_listen:
+                try:
+                    metrics.serve(cfg.metrics_listen)
+                except OSError as exc:
+                    raise StartupError(
+                        f"cannot listen on {cfg.metrics_listen} (metrics_listen): {_reason(exc)}"
+                    ) from None
+        except BaseException:
+            await self.domain.stop()
+            raise
         await self.domain.start()
         await self.server.start()
         for name in ("", *SERVICE_NAMES):
@@ -124,6 +164,9 @@ class Sidecar:
                     log.warning("store unavailable; services NOT_SERVING until it recovers")
 
     def _bind(self, listen: str, credentials: grpc.ServerCredentials | None) -> str:
+        if not listen.startswith("unix:"):
+            # gRPC only says "cannot bind"; a socket of our own says why.
+            probe_bind(listen)
         try:
             if credentials is None:
                 port = self.server.add_insecure_port(listen)
@@ -134,27 +177,101 @@ class Sidecar:
         if listen.startswith("unix:"):
             return listen
         if not port:
-            raise OSError(f"cannot listen on {listen}")
+            raise StartupError(f"cannot listen on {listen}")
         host = listen.rsplit(":", 1)[0]
         return f"{host}:{port}"
 
     async def stop(self, grace: float | None = None) -> None:
-        """Drain and shut down: NOT_SERVING, finish in-flight calls, flush the store."""
+        """Drain and shut down: refuse new calls, NOT_SERVING, end streams with
+        UNAVAILABLE, let unary calls in flight finish (up to ``grace``), then
+        stop the domain and flush the store.
+
+        ctxd waits for its calls itself: ``server.stop(grace)`` would cancel
+        whatever is still running when grace ends, and would hold the exit
+        for the whole grace while any stream is open.
+        """
         if self._stopped.is_set():
             return
         self._stopped.set()
+        started = time.monotonic()
         grace = self.config.grace_seconds if grace is None else grace
-        log.info("shutting down", extra={"grace_seconds": grace})
+        self.gate.begin_stop()
+        log.info("shutting down", extra={"grace_seconds": grace, "in_flight": self.gate.in_flight})
         await self.health.enter_graceful_shutdown()
         if getattr(self, "_probe", None) is not None:
             self._probe.cancel()
+        self.domain.contexts.feed.close()  # WatchContext streams end with UNAVAILABLE
+        await asyncio.sleep(STREAM_SETTLE)
+        self.gate.end_streams()  # and every other stream (Health.Watch)
+        left = await self.gate.drain(grace)
+        if left:
+            log.warning("grace period over; calls still in flight", extra={"in_flight": left})
         if self.server is not None:
-            await self.server.stop(grace)
+            await self.server.stop(0.5 if not left else 0)
         await self.domain.stop()
-        log.info("stopped")
+        log.info("stopped", extra={"seconds": round(time.monotonic() - started, 3)})
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
+
+
+async def open_domain(cfg: Config) -> composition.Domain:
+    """Build the domain; a store that cannot be opened is one line, not a traceback."""
+    try:
+        return await composition.build(cfg, plugin_manager())
+    except (StoreError, OSError) as exc:
+        scheme = cfg.store.partition(":")[0] or "store"
+        raise StartupError(f"cannot open the {scheme} store: {_reason(exc)}") from None
+
+
+def _reason(exc: BaseException) -> str:
+    """The OS reason of an error (``strerror``), or its own message.
+
+    A store error that names only the type of what it caught (the LMDB
+    plugin's "cannot open LMDB environment: Error") gets that error's reason
+    instead, without the path the library puts before it.
+    """
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    text = str(exc) or type(exc).__name__
+    caught = exc.__cause__ or exc.__context__
+    if isinstance(exc, StoreError) and caught is not None:
+        name = type(caught).__name__
+        reason = _reason(caught).rsplit(": ", 1)[-1].strip()
+        if text.endswith(f": {name}") and reason and reason != name:
+            text = f"{text[: -len(name)]}{reason}"
+    return text
+
+
+def check_address(listen: str, setting: str) -> None:
+    """``host:port`` with a port in range (gRPC would quietly wrap 99999)."""
+    if listen.startswith("unix:"):
+        return
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit():
+        raise StartupError(f"{setting} must be host:port or unix:PATH, got {listen!r}")
+    if not 0 <= int(port) <= 65535:
+        raise StartupError(f"{setting}: port {port} is out of range (0-65535)")
+
+
+def probe_bind(listen: str) -> None:
+    """Bind ``listen`` once ourselves, so a refusal carries the OS reason."""
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]") or "0.0.0.0"
+    if port == "0":
+        return
+    try:
+        infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise StartupError(f"cannot listen on {listen}: {exc.strerror}") from None
+    family, kind, proto, _, addr = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(addr)
+        except OSError as exc:
+            reason = exc.strerror or os.strerror(exc.errno or errno.EINVAL)
+            raise StartupError(f"cannot listen on {listen}: {reason}") from None
 
 
 def read_token(cfg: Config) -> str:

@@ -18,9 +18,10 @@ from sidecar.config import Config
 from sidecar.core.contexts.auto import AutoCompaction
 from sidecar.core.contexts.compaction import Compactor
 from sidecar.core.contexts.deletion import Deletion
+from sidecar.core.contexts.events import ContextEvent
 from sidecar.core.contexts.expiry import Expiry
 from sidecar.core.contexts.listing import Listing
-from sidecar.core.contexts.model import NOTE, Msg
+from sidecar.core.contexts.model import NOTE, ContextState, Msg
 from sidecar.core.contexts.planning import Planning
 from sidecar.core.contexts.service import ContextService
 from sidecar.core.contexts.skillset import SkillSet
@@ -97,11 +98,12 @@ async def build(config: Config, pm: pluggy.PluginManager) -> Domain:
     skillset = SkillSet(contexts, catalogue, prompts)
     listing = Listing(contexts)
     deletion = Deletion(contexts)
+    observer = metrics.PrometheusObserver()
     compactor = Compactor(
         contexts,
         config,
         summarisers(config, pm),
-        observer=metrics.PrometheusObserver(),
+        observer=observer,
         hooks=PluginHooks(pm),
     )
     turns = Turns(contexts, skillset)
@@ -110,6 +112,8 @@ async def build(config: Config, pm: pluggy.PluginManager) -> Domain:
         await turns.append(TurnRequest(cid, [Msg(NOTE, text=text)]))
 
     compactor.append_note = append_note
+    memory = memory_backend(config, storage)
+    observe(observer, contexts, memory)
     return Domain(
         storage=storage,
         contexts=contexts,
@@ -123,8 +127,24 @@ async def build(config: Config, pm: pluggy.PluginManager) -> Domain:
         catalogue=catalogue,
         prompts=prompts,
         skillset=skillset,
-        memory=Memory(config.memory, memory_backend(config, storage)),
+        memory=Memory(config.memory, memory),
     )
+
+
+def observe(
+    observer: metrics.PrometheusObserver, contexts: ContextService, memory: MemoryBackend
+) -> None:
+    """Wire the domain's observers: resident contexts, the token estimate
+    after each turn, and the memory counters (an MCP backend keeps none)."""
+    contexts.registry.observer = observer
+
+    def after(event: ContextEvent, state: ContextState | None) -> None:
+        if event.kind == "turn" and state is not None:
+            observer.context_tokens(state.est_tokens)
+
+    contexts.feed.add_listener(after)
+    if isinstance(memory, StoreMemory):
+        memory.observer = observer
 
 
 def servicers(domain: Domain) -> tuple[ContextServicer, MemoryServicer]:

@@ -18,7 +18,7 @@ from sidecar.core.contexts.planning import Planning
 from sidecar.core.contexts.service import ContextService
 from sidecar.core.contexts.skillset import SkillSet
 from sidecar.core.contexts.turns import TurnRequest, Turns
-from sidecar.core.errors import InvalidArgument
+from sidecar.core.errors import InvalidArgument, Unavailable
 from sidecar.core.providers import relabel
 from sidecar.server import wire
 from sidecar.server.context_convert import (
@@ -238,13 +238,19 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
 
     async def WatchContext(self, request: pb.WatchContextRequest, context):
         sub = await self.contexts.watch(request.context_id)
+        last = ""
         try:
             async for ev in sub:
+                last = ev.kind
                 out = event_pb(ev, self._record(ev.compaction))
                 if out is not None:
                     yield out
         finally:
             self.contexts.unwatch(sub)
+        if last != "deleted":
+            # The feed closed under the watcher: the server is stopping. Ending
+            # OK would look like "nothing more will happen"; UNAVAILABLE says retry.
+            raise Unavailable("server is stopping; watch again once it is back")
 
     # -- plan and preflight --------------------------------------------------------------------
     async def UpdatePlan(self, request: pb.UpdatePlanRequest, context) -> pb.UpdatePlanResponse:

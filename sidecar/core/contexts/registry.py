@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from sidecar.core.contexts.model import ContextState
+from sidecar.core.observe import ContextsObserver, NullObserver
 
 
 class Entry:
@@ -57,6 +58,9 @@ class Entry:
 
 
 class Registry:
+    #: Told the resident count after it may have changed (set by the composition root).
+    observer: ContextsObserver = NullObserver()
+
     def __init__(
         self,
         max_contexts: int,
@@ -98,6 +102,7 @@ class Registry:
         finally:
             entry.pins -= 1
             self._settle(entry)
+            self.observer.contexts_resident(len(self._entries))
 
     def drop(self, entry: Entry) -> None:
         """Forget an entry now (deleted or archived context); no on_evict."""
@@ -105,6 +110,7 @@ class Registry:
             del self._entries[entry.id]
             self.bytes -= entry.charged
             entry.charged = 0
+            self.observer.contexts_resident(len(self._entries))
 
     def _settle(self, entry: Entry) -> None:
         if self._entries.get(entry.id) is not entry:

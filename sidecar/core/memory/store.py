@@ -41,6 +41,7 @@ from sidecar.core.memory.records import (
     token_after,
 )
 from sidecar.core.memory.service import MemoryBackend
+from sidecar.core.observe import MemoryObserver, NullObserver
 from sidecar.core.storage import Storage
 from sidecar.store import Item
 
@@ -65,6 +66,9 @@ class StoreMemory(MemoryBackend):
     store without LIST, creating or deleting a key also updates the
     ``memory/_index`` record (see :mod:`sidecar.core.keyindex`).
     """
+
+    #: Told the counters after every change (the composition root sets it).
+    observer: MemoryObserver = NullObserver()
 
     def __init__(
         self,
@@ -144,6 +148,7 @@ class StoreMemory(MemoryBackend):
             if rec.expires_at:
                 expiry[name] = rec.expires_at
         self.keys, self.total_bytes = keys, total
+        self.observer.memory_counts(self.keys, self.total_bytes)
         self.counted = True
         self._expiry.reset(expiry)
         log.info("memory counted", extra={"keys": keys, "bytes": total, "expiring": len(expiry)})
@@ -331,6 +336,7 @@ class StoreMemory(MemoryBackend):
     def _forget(self, key: str, rec: StoredRecord | None) -> None:
         self.keys -= 1
         self.total_bytes -= len(rec.value) if rec is not None else 0
+        self.observer.memory_counts(self.keys, self.total_bytes)
         self._expiry.forget(key)
 
     # -- caps -------------------------------------------------------------------------
@@ -360,10 +366,12 @@ class StoreMemory(MemoryBackend):
                 )
         self.keys += new_keys
         self.total_bytes += new_bytes
+        self.observer.memory_counts(self.keys, self.total_bytes)
 
     def _release(self, new_keys: int, new_bytes: int) -> None:
         self.keys -= new_keys
         self.total_bytes -= new_bytes
+        self.observer.memory_counts(self.keys, self.total_bytes)
 
     @asynccontextmanager
     async def _key_lock(self, key: str) -> AsyncIterator[None]:
