@@ -19,6 +19,7 @@ default 64GiB, sparse, so it costs nothing until used).
 from __future__ import annotations
 
 import concurrent.futures
+import fcntl
 import os
 import queue
 import re
@@ -51,6 +52,10 @@ def parse_size(text: str) -> int:
     return int(m.group(1)) * _UNITS[m.group(2).lower()]
 
 
+#: Held (flock) by the one process that has the directory open.
+LOCK_FILE = "ctxd.lock"
+
+
 class LmdbStore(Store):
     name = "lmdb"
     capabilities = frozenset(
@@ -70,6 +75,7 @@ class LmdbStore(Store):
         os.makedirs(path, exist_ok=True)
         self.path = path
         self.map_size = map_size
+        self._lock = _exclusive(path)
         try:
             self.env = lmdb.open(
                 path,
@@ -82,6 +88,7 @@ class LmdbStore(Store):
                 max_readers=256,
             )
         except lmdb.Error as exc:
+            self._lock.close()
             raise StoreError(f"cannot open LMDB environment: {type(exc).__name__}") from None
         self.env.reader_check()  # clear slots left by crashed processes
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
@@ -206,9 +213,28 @@ class LmdbStore(Store):
         self._queue.put(None)
         self._writer.join()
         self.env.close()
+        self._lock.close()  # releases the directory for the next sidecar
 
     def describe(self) -> str:
         return f"lmdb (map_size={self.map_size})"
+
+
+def _exclusive(path: str):
+    """Hold ``<path>/ctxd.lock`` for as long as the store is open. LMDB lets
+    several processes share an environment, but each sidecar keeps its own
+    cache and counters: a second sidecar on the directory must not start."""
+    try:
+        fh = open(os.path.join(path, LOCK_FILE), "a+b")  # noqa: SIM115 - held open
+    except OSError as exc:
+        raise StoreError(f"cannot use the LMDB directory: {exc.strerror}") from None
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.close()
+        raise StoreError(
+            "the LMDB directory is in use by another ctxd process (one sidecar per directory)"
+        ) from None
+    return fh
 
 
 def _put(txn, key: bytes, value: bytes, if_version: str | None, if_absent: bool) -> str:

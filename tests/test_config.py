@@ -118,7 +118,8 @@ def test_the_config_module_imports_nothing_of_the_domain():
         ({"contexts.on_expire": "keep"}, 'contexts.on_expire must be "delete" or "archive"'),
         (
             {"instance": "a/b"},
-            "instance must be 1-63 letters, digits, '.', '_' or '-', starting with a letter",
+            "instance must be 1-63 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit",
         ),
         ({"memory": "5"}, "memory must be a table"),
         ({f"{OPENAI}.window": "0"}, f"{OPENAI}.window must be positive"),

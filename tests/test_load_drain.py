@@ -333,17 +333,21 @@ def test_read_only_data_directory_is_refused_clearly_at_start(spawn_sidecar, rea
     )
 
 
-def test_a_second_sidecar_on_an_lmdb_directory_in_use(spawn_sidecar, tmp_path):
-    """LMDB itself lets several processes share an environment (its lock file
-    coordinates them), so a second sidecar on the same directory starts and
-    sees the same data; this records that behaviour, and that nothing at
-    start-up fails with a traceback."""
+def test_a_second_sidecar_on_an_lmdb_directory_in_use_is_refused(spawn_sidecar, tmp_path):
+    """LMDB itself would let several processes share an environment, but each
+    sidecar keeps its own cache and counters: a second one on the directory
+    refuses to start with one line, and the first keeps serving."""
     path = tmp_path / "shared"
     one = spawn_sidecar("--store", f"lmdb://{path}")
     one.running().memory.Set(mpb.SetRequest(key="k", value_json="1"), timeout=30)
+    line = serve_refused("--store", f"lmdb://{path}")
+    assert "in use by another ctxd process" in line and str(path) not in line, line
+    assert one.running().memory.Get(mpb.GetRequest(key="k"), timeout=30).record.value_json == "1"
+    assert one.terminate() == 0
+    # Once the first has stopped, the directory is free again.
     two = spawn_sidecar("--store", f"lmdb://{path}")
     assert two.running().memory.Get(mpb.GetRequest(key="k"), timeout=30).record.value_json == "1"
-    assert two.terminate() == 0 and one.terminate() == 0
+    assert two.terminate() == 0
     assert "Traceback" not in one.stderr() + two.stderr()
 
 
