@@ -353,6 +353,11 @@ class Config(BaseSettings):
     #: Level of the one access line per RPC (DEBUG, INFO, WARNING, ERROR,
     #: CRITICAL), or "off" for none.
     access_log_level: str = "INFO"
+    #: OTLP/gRPC collector for traces, e.g. "http://127.0.0.1:4317" (plaintext)
+    #: or "https://…"; empty disables tracing (the ``otel`` extra).
+    otlp_endpoint: str = ""
+    #: ``service.name`` of the exported spans.
+    otel_service_name: str = "ctxd"
     #: Most WatchContext streams open at once; more are RESOURCE_EXHAUSTED.
     max_watch_streams: Positive = 256
     #: Most Health.Watch streams open at once (probes need no token, so they

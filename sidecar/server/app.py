@@ -20,6 +20,7 @@ from sidecar.config import Config
 from sidecar.core.errors import CtxdError
 from sidecar.plugins import plugin_manager
 from sidecar.server import composition
+from sidecar.server import interceptors as interceptors_mod
 from sidecar.server.interceptors import (
     HEALTH_WATCH,
     WATCH_CONTEXT,
@@ -64,6 +65,7 @@ class Sidecar:
         if cfg.metrics_listen:
             check_address(cfg.metrics_listen, "metrics_listen")
         self.domain = await open_domain(cfg)
+        interceptors_mod.TRACING = self.domain.tracing
         self.storage = self.domain.storage
         self.contexts, self.memory = composition.servicers(self.domain)
 

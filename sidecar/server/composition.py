@@ -31,6 +31,7 @@ from sidecar.core.prompt import PromptAssembler
 from sidecar.core.skills import SkillCatalogue
 from sidecar.core.storage import Storage
 from sidecar.plugins import PluginHooks, open_store, summarisers
+from sidecar.server import tracing
 from sidecar.server.context_service import ContextServicer
 from sidecar.server.memory_service import MemoryServicer
 
@@ -52,6 +53,8 @@ class Domain:
     prompts: PromptAssembler
     skillset: SkillSet
     memory: Memory
+    #: Spans for RPCs and store operations, when ``otlp_endpoint`` is set.
+    tracing: tracing.Tracing | None = None
 
     async def start(self) -> None:
         """Start background work, in dependency order."""
@@ -75,6 +78,8 @@ class Domain:
         await self.contexts.stop()
         await self.memory.stop()
         await self.storage.close()
+        if self.tracing is not None:
+            await asyncio.to_thread(self.tracing.shutdown)
 
 
 def memory_backend(config: Config, storage: Storage) -> MemoryBackend:
@@ -89,8 +94,12 @@ def memory_backend(config: Config, storage: Storage) -> MemoryBackend:
 async def build(config: Config, pm: pluggy.PluginManager) -> Domain:
     """Open the configured store and build every domain service over it."""
     store = await asyncio.to_thread(open_store, config.store, pm)
+    traces = tracing.setup(config)
     storage = Storage(
-        store, prefix=config.prefix, instance=config.instance, observer=metrics.PrometheusObserver()
+        store,
+        prefix=config.prefix,
+        instance=config.instance,
+        observer=tracing.StoreObservers(metrics.PrometheusObserver(), traces),
     )
     contexts = ContextService(config.contexts, storage, archive_ttl=config.compaction.archive_ttl)
     catalogue = SkillCatalogue(config.skills)
@@ -128,6 +137,7 @@ async def build(config: Config, pm: pluggy.PluginManager) -> Domain:
         prompts=prompts,
         skillset=skillset,
         memory=Memory(config.memory, memory),
+        tracing=traces,
     )
 
 

@@ -239,15 +239,19 @@ def _code_of(context: grpc.aio.ServicerContext) -> str:
 class _Call:
     """One call's figures for metrics and the access line (never payloads)."""
 
-    __slots__ = ("service", "name", "access", "started", "context_id")
+    __slots__ = ("service", "name", "access", "started", "context_id", "span")
 
     def __init__(self, service: str, name: str, access: int | None, request) -> None:
         self.service, self.name, self.access = service, name, access
         self.started = time.perf_counter()
         self.context_id = getattr(request, "context_id", "") or ""
+        self.span = TRACING.start_rpc(service, name) if TRACING is not None else None
 
     def done(self, code: str) -> None:
         elapsed = time.perf_counter() - self.started
+        if self.span is not None:
+            TRACING.end_rpc(*self.span, code, self.context_id)
+            self.span = None
         metrics.RPC_REQUESTS.labels(self.service, self.name, code).inc()
         metrics.RPC_LATENCY.labels(self.service, self.name, code).observe(elapsed)
         if self.access is not None and access_log.isEnabledFor(self.access):
@@ -263,6 +267,9 @@ class _Call:
 
 
 access_log = logging.getLogger("ctxd.access")
+#: The process's tracing (sidecar.server.tracing), set by the app when
+#: ``otlp_endpoint`` is configured.
+TRACING = None
 
 
 def _decode(decode, raw: bytes):
