@@ -78,6 +78,15 @@ def test_page_size_and_tokens_stay_put_under_appends(start_sidecar, store_uri_fo
     with pytest.raises(grpc.RpcError) as err:
         get(sc, "p", pb.CONTEXT_VIEW_SLICE, page_size=-1)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    for bad in ({"consistency": 7}, {"since_version": -1}):
+        with pytest.raises(grpc.RpcError) as err:
+            get(sc, "p", pb.CONTEXT_VIEW_SLICE, **bad)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert next(iter(bad)) in err.value.details()
+    with pytest.raises(grpc.RpcError) as err:
+        sc.contexts.ExpandCompaction(pb.ExpandCompactionRequest(context_id="p"))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "compaction_id" in err.value.details()
 
 
 def test_an_incremental_read_returns_just_the_turn(start_sidecar, store_uri_for, backend):

@@ -76,3 +76,14 @@ class NoHooks:
 
     def compacted(self, context_id: str, compaction: object, kept: Sequence[object]) -> list[str]:
         return []
+
+
+class StoreObservers:
+    """Several store observers as one (metrics and traces)."""
+
+    def __init__(self, *observers: StoreObserver | None) -> None:
+        self.observers = [o for o in observers if o is not None]
+
+    def store_op(self, backend: str, op: str, seconds: float, error_kind: str | None) -> None:
+        for o in self.observers:
+            o.store_op(backend, op, seconds, error_kind)

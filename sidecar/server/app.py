@@ -20,7 +20,6 @@ from sidecar.config import Config
 from sidecar.core.errors import CtxdError
 from sidecar.plugins import plugin_manager
 from sidecar.server import composition
-from sidecar.server import interceptors as interceptors_mod
 from sidecar.server.interceptors import (
     HEALTH_WATCH,
     WATCH_CONTEXT,
@@ -65,7 +64,6 @@ class Sidecar:
         if cfg.metrics_listen:
             check_address(cfg.metrics_listen, "metrics_listen")
         self.domain = await open_domain(cfg)
-        interceptors_mod.TRACING = self.domain.tracing
         self.storage = self.domain.storage
         self.contexts, self.memory = composition.servicers(self.domain)
 
@@ -73,7 +71,9 @@ class Sidecar:
         # call, refusals included; the gate sits next to the handlers.
         access = cfg.access_log_level
         interceptors: list[grpc.aio.ServerInterceptor] = [
-            ServiceInterceptor(None if access == "OFF" else logging.getLevelName(access))
+            ServiceInterceptor(
+                None if access == "OFF" else logging.getLevelName(access), self.domain.tracing
+            )
         ]
         token = read_token(cfg)
         if token:

@@ -27,6 +27,7 @@ from sidecar.core.contexts.service import ContextService
 from sidecar.core.contexts.skillset import SkillSet
 from sidecar.core.contexts.turns import TurnRequest, Turns
 from sidecar.core.memory import Memory, MemoryBackend, StoreMemory
+from sidecar.core.observe import StoreObservers
 from sidecar.core.prompt import PromptAssembler
 from sidecar.core.skills import SkillCatalogue
 from sidecar.core.storage import Storage
@@ -99,7 +100,7 @@ async def build(config: Config, pm: pluggy.PluginManager) -> Domain:
         store,
         prefix=config.prefix,
         instance=config.instance,
-        observer=tracing.StoreObservers(metrics.PrometheusObserver(), traces),
+        observer=StoreObservers(metrics.PrometheusObserver(), traces),
     )
     contexts = ContextService(config.contexts, storage, archive_ttl=config.compaction.archive_ttl)
     catalogue = SkillCatalogue(config.skills)

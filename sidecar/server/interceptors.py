@@ -200,10 +200,12 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
     INTERNAL with a log reference (never a stack trace); every unary or
     server-streaming call is counted, timed and given one access line."""
 
-    def __init__(self, access_level: int | None = logging.INFO) -> None:
+    def __init__(self, access_level: int | None = logging.INFO, tracing=None) -> None:
         #: method -> (the handler below, its wrapper); refusals are new each call.
         self._cache: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
         self._access = access_level
+        #: Spans per RPC (sidecar.server.tracing), when tracing is configured.
+        self._tracing = tracing
 
     async def intercept_service(self, continuation, handler_call_details):
         method = handler_call_details.method
@@ -213,7 +215,7 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         cached = self._cache.get(method)
         if cached is not None and cached[0] is handler:
             return cached[1]
-        wrapped = _wrap(handler, method, self._access)
+        wrapped = _wrap(handler, method, self._access, self._tracing)
         self._cache[method] = (handler, wrapped)
         return wrapped
 
@@ -239,18 +241,19 @@ def _code_of(context: grpc.aio.ServicerContext) -> str:
 class _Call:
     """One call's figures for metrics and the access line (never payloads)."""
 
-    __slots__ = ("service", "name", "access", "started", "context_id", "span")
+    __slots__ = ("service", "name", "access", "started", "context_id", "tracing", "span")
 
-    def __init__(self, service: str, name: str, access: int | None, request) -> None:
+    def __init__(self, service: str, name: str, access: int | None, tracing) -> None:
         self.service, self.name, self.access = service, name, access
         self.started = time.perf_counter()
-        self.context_id = getattr(request, "context_id", "") or ""
-        self.span = TRACING.start_rpc(service, name) if TRACING is not None else None
+        self.context_id = ""
+        self.tracing = tracing
+        self.span = tracing.start_rpc(service, name) if tracing is not None else None
 
     def done(self, code: str) -> None:
         elapsed = time.perf_counter() - self.started
         if self.span is not None:
-            TRACING.end_rpc(*self.span, code, self.context_id)
+            self.tracing.end_rpc(*self.span, code, self.context_id)
             self.span = None
         metrics.RPC_REQUESTS.labels(self.service, self.name, code).inc()
         metrics.RPC_LATENCY.labels(self.service, self.name, code).observe(elapsed)
@@ -267,9 +270,6 @@ class _Call:
 
 
 access_log = logging.getLogger("ctxd.access")
-#: The process's tracing (sidecar.server.tracing), set by the app when
-#: ``otlp_endpoint`` is configured.
-TRACING = None
 
 
 def _decode(decode, raw: bytes):
@@ -285,7 +285,7 @@ def _decode(decode, raw: bytes):
         ) from None
 
 
-def _wrap(handler: grpc.RpcMethodHandler, method: str, access: int | None):
+def _wrap(handler: grpc.RpcMethodHandler, method: str, access: int | None, tracing=None):
     service, _, name = method.lstrip("/").rpartition("/")
     ours = method.startswith("/ctxd.")
     # ctxd's own requests are decoded here (see _decode); others by gRPC.
@@ -303,7 +303,7 @@ def _wrap(handler: grpc.RpcMethodHandler, method: str, access: int | None):
         # grpc's Health.Watch).
 
         async def call(raw, context):
-            record = _Call(service, name, access, None)
+            record = _Call(service, name, access, tracing)
             try:
                 request = _decode(decode, raw)
                 record.context_id = getattr(request, "context_id", "") or ""
@@ -327,7 +327,7 @@ def _wrap(handler: grpc.RpcMethodHandler, method: str, access: int | None):
         )
 
     async def stream(raw, context):
-        record = _Call(service, name, access, None)
+        record = _Call(service, name, access, tracing)
         try:
             request = _decode(decode, raw)
             record.context_id = getattr(request, "context_id", "") or ""

@@ -84,17 +84,6 @@ class Tracing:
         self.provider.shutdown()
 
 
-class StoreObservers:
-    """Several store observers as one (metrics and traces)."""
-
-    def __init__(self, *observers: Any) -> None:
-        self.observers = [o for o in observers if o is not None]
-
-    def store_op(self, backend: str, op: str, seconds: float, error_kind: str | None) -> None:
-        for o in self.observers:
-            o.store_op(backend, op, seconds, error_kind)
-
-
 def setup(config: Config) -> Tracing | None:
     """Tracing when ``otlp_endpoint`` is set, else None."""
     return Tracing(config) if config.otlp_endpoint else None
