@@ -12,7 +12,7 @@ import time
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
 from sidecar import metrics
 from sidecar.api.ctxd.v1 import context_pb2, memory_pb2
@@ -23,9 +23,12 @@ from sidecar.server import composition
 from sidecar.server.interceptors import (
     HEALTH_WATCH,
     WATCH_CONTEXT,
-    AuthInterceptor,
+    Auth,
+    Calls,
+    Decode,
     Gate,
-    ServiceInterceptor,
+    Pipeline,
+    Registrar,
 )
 from sidecar.server.registration import add_service
 from sidecar.store import StoreError
@@ -68,43 +71,44 @@ class Sidecar:
         self.contexts, self.memory = composition.servicers(self.domain)
 
         # Outermost first: metrics, access log and error mapping see every
-        # call, refusals included; the gate sits next to the handlers.
+        # call, refusals included; the token is checked before the gate, and
+        # requests are decoded last, right before the handler.
         access = cfg.access_log_level
-        interceptors: list[grpc.aio.ServerInterceptor] = [
-            ServiceInterceptor(
-                None if access == "OFF" else logging.getLevelName(access), self.domain.tracing
-            )
+        layers: list = [
+            Calls(None if access == "OFF" else logging.getLevelName(access), self.domain.tracing)
         ]
         token = read_token(cfg)
         if token:
-            interceptors.append(AuthInterceptor(token))
+            layers.append(Auth(token))
         self.gate = Gate(
             {
                 WATCH_CONTEXT: ("max_watch_streams", cfg.max_watch_streams),
                 HEALTH_WATCH: ("max_health_watch_streams", cfg.max_health_watch_streams),
             }
         )
-        interceptors.append(self.gate)
+        layers += [self.gate, Decode()]
         self.server = grpc.aio.server(
-            interceptors=interceptors,
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.so_reuseport", 0),
             ],
         )
+        # Every service is registered through the pipeline (see interceptors).
+        registrar = Registrar(self.server, Pipeline(layers))
+        add_service(registrar, self.memory, memory_pb2.DESCRIPTOR.services_by_name["MemoryService"])
         add_service(
-            self.server, self.memory, memory_pb2.DESCRIPTOR.services_by_name["MemoryService"]
-        )
-        add_service(
-            self.server,
+            registrar,
             self.contexts,
             context_pb2.DESCRIPTOR.services_by_name["ContextService"],
             raw_replies=("GetContext",),
         )
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        reflection.enable_server_reflection(
-            (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, registrar)
+        reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
+            reflection.aio.ReflectionServicer(
+                (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME)
+            ),
+            registrar,
         )
         try:
             self.address = self._bind(cfg.listen, server_credentials(cfg))

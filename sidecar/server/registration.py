@@ -9,10 +9,14 @@ every other method is registered exactly as the generated code would.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 import grpc
 from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
+
+if TYPE_CHECKING:
+    from sidecar.server.interceptors import Registrar
 
 
 def _passing_bytes(serialize: Callable[[object], bytes]) -> Callable[[object], bytes]:
@@ -23,7 +27,7 @@ def _passing_bytes(serialize: Callable[[object], bytes]) -> Callable[[object], b
 
 
 def add_service(
-    server: grpc.aio.Server,
+    server: grpc.aio.Server | Registrar,
     servicer: object,
     service: ServiceDescriptor,
     *,
