@@ -1,0 +1,204 @@
+"""Where a ctxd call spends its time: ``python -m bench.profile WORKLOAD``.
+
+Starts the same child sidecar the benchmarks use (``bench.ctxd_server`` on
+LMDB with fsync), drives one workload against it from this process, records
+the child with py-spy (``pip install -e '.[bench]'``) and prints:
+
+* the event loop's samples: how many it was busy (not waiting in epoll),
+  and of those how many were in ctxd's own frames (``sidecar/``,
+  ``plugins/`` and what they call) rather than gRPC and asyncio, per call;
+* the samples the LMDB writer thread spent committing, per call;
+* the heaviest ctxd frames on the event loop, inclusive and self.
+
+Workloads: ``get`` (Memory.Get of one key), ``set`` (Memory.Set of a new key),
+``turn`` (AppendTurn of a 1 KB user + 1 KB assistant message, then the
+incremental GetContext a runtime makes next). Figures from py-spy are
+samples, not wall time: profiling slows the child, so read shares, not
+microseconds. The raw samples are kept (``--raw``) for a flame graph.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import itertools
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from bench.procs import python_module_cmd, spawn
+
+WORKLOADS = ("get", "set", "turn")
+#: The event loop waiting for work (its innermost Python frame).
+_IDLE = ("EpollSelector.select", "epoll_wait")
+_LOOP = "run_forever"
+_COMMIT = "_commit (plugins/lmdb_store.py"
+_OURS = ("sidecar/", "plugins/")
+
+
+@dataclass
+class Profile:
+    """Samples of one run, grouped the way the printout reads them."""
+
+    total: int = 0
+    calls: int = 0
+    loop: int = 0
+    loop_busy: int = 0
+    loop_ours: int = 0
+    commit: int = 0
+    inclusive: collections.Counter = field(default_factory=collections.Counter)
+    own: collections.Counter = field(default_factory=collections.Counter)
+
+
+def _ours(frame: str) -> bool:
+    return frame.rpartition(" (")[2].startswith(_OURS)
+
+
+def aggregate(lines: Iterable[str], calls: int) -> Profile:
+    """Fold py-spy ``--format raw`` lines (``frame;frame;... count``)."""
+    out = Profile(calls=calls)
+    for line in lines:
+        stack, _, count = line.rstrip("\n").rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        frames = stack.split(";")
+        out.total += n
+        if not any(_LOOP in f for f in frames):
+            if any(_COMMIT in f for f in frames):
+                out.commit += n
+            continue
+        out.loop += n
+        python = [f for f in frames if not f.startswith("0x")]
+        if python and any(w in python[-1] for w in _IDLE):
+            continue
+        out.loop_busy += n
+        first_ours = next((i for i, f in enumerate(frames) if _ours(f)), None)
+        if first_ours is None:
+            continue
+        out.loop_ours += n
+        below = frames[first_ours:]
+        out.own[below[-1]] += n
+        for f in set(below):
+            out.inclusive[f] += n
+    return out
+
+
+def report(p: Profile, top: int = 25) -> str:
+    calls = max(p.calls, 1)
+    busy = max(p.loop_busy, 1)
+    rows = [
+        f"{p.total} samples, {p.calls} calls",
+        f"event loop: busy {p.loop_busy / max(p.loop, 1):.0%} of its {p.loop} samples; "
+        f"{p.loop_busy / calls:.3f} busy samples per call, of which ctxd code "
+        f"{p.loop_ours / calls:.3f} ({p.loop_ours / busy:.0%}), gRPC and asyncio the rest",
+        f"LMDB writer committing: {p.commit / calls:.3f} samples per call",
+        "ctxd frames on the event loop, inclusive (share of its busy samples):",
+    ]
+    rows += [f"  {n / busy:6.1%}  {f[:110]}" for f, n in p.inclusive.most_common(top)]
+    rows.append("ctxd frames, self:")
+    rows += [f"  {n / busy:6.1%}  {f[:110]}" for f, n in p.own.most_common(top // 2)]
+    return "\n".join(rows)
+
+
+# -- workloads ------------------------------------------------------------------------
+def _workload(name: str, port: str) -> Callable[[], object]:
+    import grpc
+
+    from sidecar.api.ctxd.v1 import context_pb2 as pb
+    from sidecar.api.ctxd.v1 import context_pb2_grpc, memory_pb2, memory_pb2_grpc
+
+    channel = grpc.insecure_channel(f"127.0.0.1:{int(port)}")
+    grpc.channel_ready_future(channel).result(timeout=20)
+    if name in ("get", "set"):
+        stub = memory_pb2_grpc.MemoryServiceStub(channel)
+        value = '{"user":"ada","lang":"en","tz":"Europe/London","tags":["a","b"]}'
+        stub.Set(memory_pb2.SetRequest(key="profile/get", value_json=value), timeout=10)
+        if name == "get":
+            req = memory_pb2.GetRequest(key="profile/get")
+            return lambda: stub.Get(req, timeout=10)
+        counter = itertools.count()
+        return lambda: stub.Set(
+            memory_pb2.SetRequest(key=f"profile/set/{next(counter)}", value_json=value), timeout=10
+        )
+    contexts = context_pb2_grpc.ContextServiceStub(channel)
+    text = ("lorem ipsum dolor sit amet " * 40)[:1024]
+    pair = [
+        pb.Message(user=pb.UserMessage(text=text)),
+        pb.Message(assistant=pb.AssistantMessage(text=text)),
+    ]
+    held = [contexts.AppendTurn(pb.AppendTurnRequest(context_id="profile", messages=pair)).version]
+
+    def turn() -> None:
+        contexts.AppendTurn(pb.AppendTurnRequest(context_id="profile", messages=pair), timeout=10)
+        read = pb.GetContextRequest(
+            context_id="profile", view=pb.CONTEXT_VIEW_SLICE, since_version=held[0]
+        )
+        held[0] = contexts.GetContext(read, timeout=10).info.version
+
+    return turn
+
+
+def run(workload: str, seconds: int, rate: int, native: bool, raw: str | None) -> Profile:
+    spy = shutil.which("py-spy")
+    if spy is None:
+        raise SystemExit("py-spy is not installed: pip install -e '.[bench]'")
+    with tempfile.TemporaryDirectory(prefix="ctxd-profile-") as data:
+        cmd = python_module_cmd(
+            "bench.ctxd_server",
+            "--store",
+            f"lmdb://{data}/store?map_size=1GiB",
+            "--set",
+            "contexts.auto_compact=false",
+        )
+        with spawn(cmd) as (proc, port):
+            call = _workload(workload, port)
+            for _ in range(200):  # warm the channel and the code paths
+                call()
+            out = raw or f"{data}/samples.raw"
+            args = [spy, "record", "-p", str(proc.pid), "-d", str(seconds), "-r", str(rate)]
+            args += ["-f", "raw", "-o", out] + (["--native"] if native else [])
+            stop = threading.Event()
+            calls = [0]
+
+            def drive() -> None:
+                while not stop.is_set():
+                    call()
+                    calls[0] += 1
+
+            driver = threading.Thread(target=drive, daemon=True)
+            started = time.monotonic()
+            recorder = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            driver.start()
+            _, err = recorder.communicate(timeout=seconds + 60)
+            stop.set()
+            driver.join(timeout=10)
+            if recorder.returncode != 0:
+                raise SystemExit(f"py-spy failed: {err.decode(errors='replace').strip()[:300]}")
+            # Calls made while py-spy was sampling (it starts within a moment).
+            made = int(calls[0] * min(1.0, seconds / max(time.monotonic() - started, 1e-9)))
+            with open(out) as fh:
+                return aggregate(fh, made)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.profile", description=__doc__.splitlines()[0]
+    )
+    ap.add_argument("workload", choices=WORKLOADS)
+    ap.add_argument("--seconds", type=int, default=8)
+    ap.add_argument("--rate", type=int, default=997, help="samples per second")
+    ap.add_argument("--native", action="store_true", help="include C frames (slower)")
+    ap.add_argument("--raw", metavar="PATH", help="keep py-spy's raw samples here")
+    args = ap.parse_args(argv)
+    print(report(run(args.workload, args.seconds, args.rate, args.native, args.raw)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
