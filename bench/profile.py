@@ -107,7 +107,7 @@ def report(p: Profile, top: int = 25) -> str:
 
 
 # -- workloads ------------------------------------------------------------------------
-def _workload(name: str, port: str) -> Callable[[], object]:
+def _workload(name: str, port: str, caller: int = 0) -> Callable[[], object]:
     import grpc
 
     from sidecar.api.ctxd.v1 import context_pb2 as pb
@@ -132,19 +132,22 @@ def _workload(name: str, port: str) -> Callable[[], object]:
         pb.Message(user=pb.UserMessage(text=text)),
         pb.Message(assistant=pb.AssistantMessage(text=text)),
     ]
-    held = [contexts.AppendTurn(pb.AppendTurnRequest(context_id="profile", messages=pair)).version]
+    cid = f"profile-{caller}"  # one conversation per caller, as runtimes have
+    held = [contexts.AppendTurn(pb.AppendTurnRequest(context_id=cid, messages=pair)).version]
 
     def turn() -> None:
-        contexts.AppendTurn(pb.AppendTurnRequest(context_id="profile", messages=pair), timeout=10)
+        contexts.AppendTurn(pb.AppendTurnRequest(context_id=cid, messages=pair), timeout=10)
         read = pb.GetContextRequest(
-            context_id="profile", view=pb.CONTEXT_VIEW_SLICE, since_version=held[0]
+            context_id=cid, view=pb.CONTEXT_VIEW_SLICE, since_version=held[0]
         )
         held[0] = contexts.GetContext(read, timeout=10).info.version
 
     return turn
 
 
-def run(workload: str, seconds: int, rate: int, native: bool, raw: str | None) -> Profile:
+def run(
+    workload: str, seconds: int, rate: int, native: bool, raw: str | None, callers: int = 1
+) -> Profile:
     spy = shutil.which("py-spy")
     if spy is None:
         raise SystemExit("py-spy is not installed: pip install -e '.[bench]'")
@@ -157,31 +160,36 @@ def run(workload: str, seconds: int, rate: int, native: bool, raw: str | None) -
             "contexts.auto_compact=false",
         )
         with spawn(cmd) as (proc, port):
-            call = _workload(workload, port)
-            for _ in range(200):  # warm the channel and the code paths
-                call()
+            each = [_workload(workload, port, i) for i in range(callers)]
+            for call in each:
+                for _ in range(200 // callers + 1):  # warm the channel and the code paths
+                    call()
             out = raw or f"{data}/samples.raw"
             args = [spy, "record", "-p", str(proc.pid), "-d", str(seconds), "-r", str(rate)]
             args += ["-f", "raw", "-o", out] + (["--native"] if native else [])
             stop = threading.Event()
-            calls = [0]
+            calls = [0] * callers
 
-            def drive() -> None:
+            def drive(i: int) -> None:
                 while not stop.is_set():
-                    call()
-                    calls[0] += 1
+                    each[i]()
+                    calls[i] += 1
 
-            driver = threading.Thread(target=drive, daemon=True)
+            drivers = [
+                threading.Thread(target=drive, args=(i,), daemon=True) for i in range(callers)
+            ]
             started = time.monotonic()
             recorder = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            driver.start()
+            for d in drivers:
+                d.start()
             _, err = recorder.communicate(timeout=seconds + 60)
             stop.set()
-            driver.join(timeout=10)
+            for d in drivers:
+                d.join(timeout=10)
             if recorder.returncode != 0:
                 raise SystemExit(f"py-spy failed: {err.decode(errors='replace').strip()[:300]}")
             # Calls made while py-spy was sampling (it starts within a moment).
-            made = int(calls[0] * min(1.0, seconds / max(time.monotonic() - started, 1e-9)))
+            made = int(sum(calls) * min(1.0, seconds / max(time.monotonic() - started, 1e-9)))
             with open(out) as fh:
                 return aggregate(fh, made)
 
@@ -193,10 +201,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("workload", choices=WORKLOADS)
     ap.add_argument("--seconds", type=int, default=8)
     ap.add_argument("--rate", type=int, default=997, help="samples per second")
+    ap.add_argument("--callers", type=int, default=1, help="concurrent callers (threads)")
     ap.add_argument("--native", action="store_true", help="include C frames (slower)")
     ap.add_argument("--raw", metavar="PATH", help="keep py-spy's raw samples here")
     args = ap.parse_args(argv)
-    print(report(run(args.workload, args.seconds, args.rate, args.native, args.raw)))
+    if args.callers < 1 or args.seconds < 1:
+        ap.error("--callers and --seconds must be at least 1")
+    profile = run(args.workload, args.seconds, args.rate, args.native, args.raw, args.callers)
+    print(report(profile))
     return 0
 
 
