@@ -159,3 +159,41 @@ def test_turn_plan_keeps_each_conversation_near_its_mark():
         assert per_conv == 1 or 2 * per_conv <= mark * peers.GROWTH_BUDGET
     user, assistant = peers.turn_texts()
     assert len(user.encode()) == len(assistant.encode()) == peers.MESSAGE_BYTES
+
+
+def test_write_floor_throughput_and_restore_targets():
+    rep = Report()
+    rep.add(Result("memory.floor.echo.unary", "memory", "us", 400.0, 800.0, 100))
+    rep.add(Result("floor.echo+lmdb.put", "memory", "us", 520.0, 900.0, 100))
+    rep.add(
+        Result(
+            "ctxd.memory.get", "memory", "us", 432.0, 900.0, 100, ratio_to="memory.floor.echo.unary"
+        )
+    )
+    rep.add(Result("grpc.echo.tput.c16", "grpc", "calls/s", 4000.0, None, 100))
+    rep.add(
+        Result(
+            "ctxd.append_turn.tput.c16",
+            "process",
+            "calls/s",
+            1000.0,
+            None,
+            100,
+            ratio_to="grpc.echo.tput.c16",
+        )
+    )
+    rep.add(Result("ctxd.append_turn.lmdb.h10", "contexts", "us", 1300.0, 2000.0, 100))
+    rep.add(Result("ctxd.restore.lmdb.h10000", "contexts", "us", 25_000.0, 30_000.0, 3))
+
+    compare.add_comparisons(rep)
+
+    checks = {c.name: c for c in rep.checks}
+    assert checks["target.memory.get_vs_floor"].value == pytest.approx(1.08)
+    assert checks["target.memory.get_vs_floor"].met is True
+    assert checks["target.append_turn.vs_floor"].value == pytest.approx(1300 / 520)
+    assert checks["target.append_turn.vs_floor"].met is False
+    assert checks["target.append_turn.tput.c16"].value == pytest.approx(0.25)
+    assert checks["target.append_turn.tput.c16"].met is False  # higher is better
+    assert checks["target.restore.lmdb.h10000"].value == pytest.approx(25.0)
+    assert checks["target.restore.lmdb.h10000"].met is True
+    assert checks["target.memory.set.tput.c16"].met is None  # not measured in this run
