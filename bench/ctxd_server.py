@@ -22,7 +22,7 @@ def serve(argv: list[str]) -> int:
     args = ap.parse_args(argv)
 
     from sidecar import config, logs
-    from sidecar.server.app import Sidecar
+    from sidecar.server.app import Sidecar, settle_heap
 
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
@@ -34,6 +34,7 @@ def serve(argv: list[str]) -> int:
     async def main() -> None:
         sidecar = Sidecar(cfg)
         address = await sidecar.start()
+        settle_heap()  # as ``ctxd serve`` does
         print(address.rsplit(":", 1)[1], flush=True)
         loop = asyncio.get_running_loop()
         eof = asyncio.Event()

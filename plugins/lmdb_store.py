@@ -100,6 +100,10 @@ class LmdbStore(Store):
         with self.env.begin(buffers=False) as txn:
             return _item(txn.get(key.encode()))
 
+    def get_value(self, key: str) -> bytes | None:
+        with self.env.begin(buffers=False) as txn:
+            return txn.get(key.encode())
+
     def list(self, prefix, *, start_after="", limit=None) -> list[str]:
         bprefix, bafter = prefix.encode(), start_after.encode()
         out: list[str] = []

@@ -113,6 +113,15 @@ class Store(abc.ABC):
     def get(self, key: str) -> Item | None:
         """Return the item stored under ``key``, or ``None``."""
 
+    def get_value(self, key: str) -> bytes | None:
+        """The value stored under ``key`` without its version, or ``None``.
+
+        For reads that never compare versions (a restore reading megabytes
+        of segments); a backend that derives versions from the content
+        (:func:`content_version`) overrides it to skip that work."""
+        item = self.get(key)
+        return None if item is None else item.value
+
     @abc.abstractmethod
     def put(
         self,

@@ -137,6 +137,21 @@ class Storage:
             return None
         return item
 
+    async def get_value(self, key: str) -> bytes | None:
+        """The value alone, for reads that never compare versions: an inline
+        store may then skip deriving one (LMDB hashes the content)."""
+        full = self.full_key(key)
+        if not self.inline_reads:
+            item = await self._get_full(full)
+            return None if item is None else item.value
+        try:
+            value = self.store.get_value(full)
+        except StoreError as exc:
+            raise Unavailable(f"store error: {exc}") from None
+        if value is not None and not self.can_delete and value == TOMBSTONE:
+            return None
+        return value
+
     async def put(
         self, key: str, value: bytes, *, if_version: str | None = None, if_absent: bool = False
     ) -> str:

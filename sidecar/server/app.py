@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import gc
 import logging
 import os
 import signal
@@ -314,10 +315,21 @@ def server_credentials(cfg: Config) -> grpc.ServerCredentials | None:
     )
 
 
+def settle_heap() -> None:
+    """Exempt what start-up built (modules, the domain, the server) from the
+    garbage collector's later full passes. A restore builds one object per
+    message, enough to set off a full pass, which would otherwise rescan all
+    of start-up's objects too (a third of a fresh process's restore of a
+    10,000-message context). Once per process, after start-up."""
+    gc.collect()
+    gc.freeze()
+
+
 async def run(config: Config) -> int:
     """Serve until SIGTERM/SIGINT, then drain and return the exit code."""
     sidecar = Sidecar(config)
     await sidecar.start()
+    settle_heap()
     loop = asyncio.get_running_loop()
     stop_requested = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -45,24 +45,36 @@ def framed(m: Msg) -> bytes:
     return wire
 
 
-def _repeated(number: int, messages: list[Msg]) -> bytes:
+def _wires(messages: list[Msg]) -> list[bytes]:
+    """Each message's framed encoding; encoded now if a message has none yet."""
+    wires = [m.wire for m in messages]
+    if None in wires:
+        wires = [framed(m) for m in messages]
+    return wires
+
+
+def _after(prefix: bytes, number: int, messages: list[Msg]) -> bytes:
+    """``prefix`` followed by ``messages`` as repeated field ``number``, in
+    one copy: joining with the field tag puts it before every message."""
     if not messages:
-        return b""
-    tag = _varint(number << 3 | 2)
-    return tag + tag.join([framed(m) for m in messages])
+        return prefix
+    return _varint(number << 3 | 2).join([prefix, *_wires(messages)])
 
 
 def slice_reply(
     head: pb.GetContextResponse, blocks: list[pb.Message], messages: list[Msg]
 ) -> bytes:
     """``head`` (info, token, change) plus the slice: ``blocks`` then ``messages``."""
-    out = [head.SerializeToString()]
-    out.extend(_field(_RESPONSE_SLICE, b.SerializeToString()) for b in blocks)
-    out.append(_repeated(_RESPONSE_SLICE, messages))
-    return b"".join(out)
+    prefix = b"".join(
+        [
+            head.SerializeToString(),
+            *(_field(_RESPONSE_SLICE, b.SerializeToString()) for b in blocks),
+        ]
+    )
+    return _after(prefix, _RESPONSE_SLICE, messages)
 
 
 def full_reply(head: pb.GetContextResponse, context: pb.Context, messages: list[Msg]) -> bytes:
     """``head`` plus ``context`` (the record without messages) holding ``messages``."""
-    body = context.SerializeToString() + _repeated(_CONTEXT_MESSAGES, messages)
+    body = _after(context.SerializeToString(), _CONTEXT_MESSAGES, messages)
     return head.SerializeToString() + _field(_RESPONSE_CONTEXT, body)

@@ -105,8 +105,9 @@ class Msg:
     def memory_bytes(self) -> int:
         """Approximate memory the cache holds for this message."""
         n = len(self.text) + len(self.content) + MSG_MEMORY_OVERHEAD
-        for c in self.tool_calls:
-            n += len(c.arguments_json) + len(c.name) + len(c.id) + 64
+        if self.tool_calls:  # most have none: no iterator to build
+            for c in self.tool_calls:
+                n += len(c.arguments_json) + len(c.name) + len(c.id) + 64
         return n
 
     def assigned(self, seq: int, ts: int, ver: int = 0) -> Msg:
@@ -349,10 +350,10 @@ class ContextState:
     def load_sealed(self, msgs: list[Msg]) -> None:
         """Add messages read from sealed segments (already in the head's counters)."""
         self.messages.extend(msgs)
+        self.memory_bytes += sum([m.memory_bytes for m in msgs])
         for m in msgs:
-            self.memory_bytes += m.memory_bytes
-            for c in m.tool_calls:
-                self.call_ids.add(c.id)
+            if m.tool_calls:
+                self.call_ids.update([c.id for c in m.tool_calls])
 
     def fold_messages(self, through_seq: int) -> list[Msg]:
         """Drop the live messages up to ``through_seq`` (compaction's fold) and

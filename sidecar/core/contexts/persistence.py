@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 from sidecar.core.contexts.model import ContextState, Msg, SegmentRef
 from sidecar.core.contexts.ops import SEALED, DamagedRecord, apply_record, needs_messages
+from sidecar.core.contexts.segments import SegmentDamaged, decode_segment, encode_segment
 from sidecar.core.errors import Conflict, NotFound, Unavailable
 from sidecar.core.storage import Storage
 from sidecar.store import Item
@@ -239,13 +240,15 @@ class ContextStore:
         raise Unavailable(f"context {cid} kept changing while it was restored; retry")
 
     async def read_segment(self, st: ContextState, seg: SegmentRef) -> list[Msg]:
-        item = await self.storage.get(seg_key(st.id, st.gen, seg))
-        if item is None:
+        raw = await self.storage.get_value(seg_key(st.id, st.gen, seg))
+        if raw is None:
             # The head only names segments written before it, and segments
             # are never deleted while a head names them: a newer head exists.
             raise HeadMoved()
-        doc = decode(item.value, f"segment {seg.first} of context {st.id}")
-        msgs = [Msg.from_dict(d) for d in doc["msgs"]]
+        try:
+            msgs = decode_segment(raw)
+        except SegmentDamaged:
+            raise Damaged(f"segment {seg.first} of context {st.id} cannot be read") from None
         if len(msgs) != seg.count or msgs[0].seq != seg.first or msgs[-1].seq != seg.last:
             raise Damaged(f"segment {seg.first} of context {st.id} does not match its head")
         return msgs
@@ -303,11 +306,11 @@ class ContextStore:
         st.dirty = False
         try:
             if segment is not None:
-                doc = {"id": st.id, "gen": st.gen, "msgs": [m.to_dict() for m in pending]}
-                await self.storage.put(seg_key(st.id, st.gen, segment), encode(doc))
+                body = encode_segment(st.id, st.gen, pending)
+                await self.storage.put(seg_key(st.id, st.gen, segment), body)
             if archived_now is not None:
-                doc = {"id": st.id, "gen": st.gen, "msgs": [m.to_dict() for m in unarchived]}
-                await self.storage.put(seg_key(st.id, st.gen, archived_now), encode(doc))
+                body = encode_segment(st.id, st.gen, unarchived)
+                await self.storage.put(seg_key(st.id, st.gen, archived_now), body)
             etag = await self.storage.put(head_key(st.id), head, if_version=st.head_etag)
         except BaseException:
             st.dirty = True

@@ -24,6 +24,7 @@ import binascii
 import json
 from bisect import bisect_right
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 from sidecar.core.contexts.model import ContextState, Msg
 from sidecar.core.errors import Conflict, InvalidArgument
@@ -96,15 +97,19 @@ def _page(
 ) -> Page:
     blocks = st.slice_blocks() if first and view == SLICE else []
     budget = PAGE_BYTES - sum(len(b.encode()) + MESSAGE_FRAME_BYTES for b in blocks)
-    end = start
-    while end < len(msgs) and end - start < limit:
-        cost = message_bytes(msgs[end])
-        if end > start and cost > budget:
-            break
-        budget -= cost
-        end += 1
+    end = start + _fitting(msgs[start : start + limit], budget)
     token = _encode(st, view, msgs[end - 1].seq, change) if end < len(msgs) and end > start else ""
     return Page(msgs[start:end], token, change, first, blocks)
+
+
+def _fitting(window: list[Msg], budget: int) -> int:
+    """How many of ``window``, from its start, fit in ``budget`` bytes (at
+    least one). Costs are positive, so the running totals grow and a
+    bisection finds the last one that fits, without a loop in Python."""
+    if not window:
+        return 0
+    spent = list(accumulate([m.size_bytes + MESSAGE_FRAME_BYTES for m in window]))
+    return max(1, bisect_right(spent, budget))
 
 
 def _index_after(msgs: list[Msg], seq: int) -> int:

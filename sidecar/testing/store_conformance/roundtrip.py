@@ -29,6 +29,12 @@ class RoundTripTests(StoreFixtures):
         assert item == Item(b"value", version)
         assert type(item.value) is bytes, "values come back as bytes, not a buffer"
 
+    def test_get_value_is_the_value_get_returns(self, store: Store) -> None:
+        store.put("k", b"value")
+        assert store.get_value("k") == b"value"
+        assert type(store.get_value("k")) is bytes, "values come back as bytes, not a buffer"
+        assert store.get_value("never/written") is None
+
     def test_empty_value_round_trips(self, store: Store) -> None:
         version = store.put("empty", b"")
         assert store.get("empty") == Item(b"", version)
