@@ -128,6 +128,10 @@ class ContextsConfig(Table):
     #: Seconds a deleted conversation's fence record stays on a shared store,
     #: so a replica holding an old copy can never append to it.
     fence_hold: NonNegative = 600.0
+    #: How sealed segments are written: "columns" (binary columns, fast to
+    #: restore) or "json" (the format of ctxd 0.1, for a fleet on one bucket
+    #: while some replicas still run 0.1). Both are always read.
+    segment_format: Literal["columns", "json"] = "columns"
 
 
 class CompactionConfig(Table):

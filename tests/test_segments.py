@@ -87,9 +87,9 @@ def test_damaged_bytes_are_refused(damage) -> None:
         decode_segment(damage(raw))
 
 
-async def checkpointed() -> tuple[ContextStore, ContextState, list[Msg]]:
+async def checkpointed(fmt: str = "columns") -> tuple[ContextStore, ContextState, list[Msg]]:
     """A context with the sample messages sealed in one segment."""
-    store = ContextStore(Storage(MemoryStore()), idem_cap=16)
+    store = ContextStore(Storage(MemoryStore()), idem_cap=16, segment_format=fmt)
     st = ContextState(id="c", kind=CONVERSATION, gen="g1")
     await store.create_head(st)
     msgs = sample_messages()
@@ -125,3 +125,23 @@ async def test_a_damaged_segment_makes_the_restore_unavailable() -> None:
     await store.storage.put(seg_key(st.id, st.gen, st.segments[0]), MAGIC + b"{}\n")
     with pytest.raises(Damaged):
         await store.restore("c")
+
+
+async def test_segment_format_json_writes_what_the_first_release_reads() -> None:
+    # A fleet being upgraded on one bucket writes the format its older replicas read.
+    store, st, msgs = await checkpointed("json")
+    raw = await store.storage.get_value(seg_key(st.id, st.gen, st.segments[0]))
+    assert raw == format_1(st.id, st.gen, msgs)
+    back = await store.restore("c")
+    assert [fields(m) for m in back.messages] == [fields(m) for m in msgs]
+
+
+def test_segment_format_is_a_setting_with_two_values() -> None:
+    from sidecar import config
+    from sidecar.config import ConfigError
+
+    assert config.load(env={}).contexts.segment_format == "columns"
+    cfg = config.load(env={"CTXD_CONTEXTS_SEGMENT_FORMAT": "json"})
+    assert cfg.contexts.segment_format == "json"
+    with pytest.raises(ConfigError, match="segment_format"):
+        config.load(env={}, overrides={"contexts.segment_format": "xml"})

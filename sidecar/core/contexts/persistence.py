@@ -24,7 +24,12 @@ from typing import Any, TypeVar
 
 from sidecar.core.contexts.model import ContextState, Msg, SegmentRef
 from sidecar.core.contexts.ops import SEALED, DamagedRecord, apply_record, needs_messages
-from sidecar.core.contexts.segments import SegmentDamaged, decode_segment, encode_segment
+from sidecar.core.contexts.segments import (
+    COLUMNS,
+    SegmentDamaged,
+    decode_segment,
+    encode_segment,
+)
 from sidecar.core.errors import Conflict, NotFound, Unavailable
 from sidecar.core.storage import Storage
 from sidecar.store import Item
@@ -95,8 +100,17 @@ def trash_name(cid: str, gen: str) -> str:
 class ContextStore:
     """Reads and writes one context's keys."""
 
-    def __init__(self, storage: Storage, *, idem_cap: int, archive_ttl_ms: int = 0) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        *,
+        idem_cap: int,
+        archive_ttl_ms: int = 0,
+        segment_format: str = COLUMNS,
+    ) -> None:
         self.storage = storage
+        #: How sealed segments are written (both formats are always read).
+        self.segment_format = segment_format
         self.idem_cap = idem_cap
         #: How long folded messages stay stored (0: deleted with their segment).
         self.archive_ttl_ms = archive_ttl_ms
@@ -306,10 +320,10 @@ class ContextStore:
         st.dirty = False
         try:
             if segment is not None:
-                body = encode_segment(st.id, st.gen, pending)
+                body = encode_segment(st.id, st.gen, pending, self.segment_format)
                 await self.storage.put(seg_key(st.id, st.gen, segment), body)
             if archived_now is not None:
-                body = encode_segment(st.id, st.gen, unarchived)
+                body = encode_segment(st.id, st.gen, unarchived, self.segment_format)
                 await self.storage.put(seg_key(st.id, st.gen, archived_now), body)
             etag = await self.storage.put(head_key(st.id), head, if_version=st.head_etag)
         except BaseException:

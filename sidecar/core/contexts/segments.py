@@ -44,6 +44,8 @@ from sidecar.core.contexts.model import (
 )
 
 MAGIC = b"ctxd-seg/2\n"
+#: Writable formats (``contexts.segment_format``).
+COLUMNS, JSON = "columns", "json"
 _CODES = {SYSTEM: "s", USER: "u", ASSISTANT: "a", TOOL: "t", NOTE: "n"}
 _KINDS = {code: kind for kind, code in _CODES.items()}
 #: Numbers per message in the binary columns.
@@ -55,8 +57,12 @@ class SegmentDamaged(ValueError):
     """The bytes are not a segment this code can read."""
 
 
-def encode_segment(cid: str, gen: str, msgs: list[Msg]) -> bytes:
-    """The stored form of ``msgs`` (format 2)."""
+def encode_segment(cid: str, gen: str, msgs: list[Msg], fmt: str = COLUMNS) -> bytes:
+    """The stored form of ``msgs``: format 2 (``COLUMNS``), or format 1
+    (``JSON``) that ctxd 0.1 reads, while a fleet is being upgraded."""
+    if fmt == JSON:
+        doc = {"id": cid, "gen": gen, "msgs": [m.to_dict() for m in msgs]}
+        return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
     extra: dict[str, dict[str, Any]] = {}
     for i, m in enumerate(msgs):
         x = _extra_of(m)

@@ -72,7 +72,10 @@ class ContextService:
         #: Wall-clock milliseconds; replaceable (tests move time forward).
         self.clock = clock
         self.store = ContextStore(
-            storage, idem_cap=config.idempotency_keys, archive_ttl_ms=int(archive_ttl * 1000)
+            storage,
+            idem_cap=config.idempotency_keys,
+            archive_ttl_ms=int(archive_ttl * 1000),
+            segment_format=config.segment_format,
         )
         self.index = KeyIndex(storage, HEADS)
         self.trash = KeyIndex(storage, TRASH)
