@@ -30,6 +30,18 @@ def test_message_estimate_counts_every_text_plus_overhead():
     assert Msg("note", text="").tokens == 4
 
 
+@pytest.mark.parametrize("kind", ["system", "user", "assistant", "tool", "note"])
+@pytest.mark.parametrize(
+    "text, content", [("", ""), ("abcde", ""), ("x", "y" * 9), ("é" * 7, "🙂")]
+)
+def test_the_estimate_from_lengths_is_the_message_estimate(kind, text, content):
+    # A restore estimates from the stored lengths; it must agree with the message's own.
+    from sidecar.core.estimate import estimate_plain
+
+    m = Msg(kind, text=text, content=content)
+    assert estimate_plain(kind, len(text), len(content)) == m.tokens
+
+
 @pytest.mark.parametrize(
     "model, window",
     [

@@ -20,6 +20,12 @@ def estimate_text(text: str) -> int:
     return -(-len(text) // 4)
 
 
+def estimate_plain(kind: str, text_chars: int, content_chars: int) -> int:
+    """:func:`estimate_message` of a message without tool calls, from the
+    lengths alone (a restore knows them before it has the texts)."""
+    return -(-(content_chars if kind == "tool" else text_chars) // 4) + MESSAGE_OVERHEAD
+
+
 def estimate_message(m: Any) -> int:
     """One message (any object with ``kind``, ``text``, ``tool_calls``,
     ``content``): tool calls count name and arguments, a tool result its

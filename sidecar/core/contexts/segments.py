@@ -42,6 +42,7 @@ from sidecar.core.contexts.model import (
     Msg,
     ToolCall,
 )
+from sidecar.core.estimate import estimate_plain
 
 MAGIC = b"ctxd-seg/2\n"
 #: Writable formats (``contexts.segment_format``).
@@ -148,8 +149,11 @@ def _decode_columns(raw: bytes) -> list[Msg]:
     for i, (code, a, b, c, seq, ts, ver) in enumerate(rows):
         x = extra.get(i)
         if x is None:
-            # Positional, no tool calls: the common message, built quickest.
-            append(Msg(kinds[code], blob[a:b], "", (), "", "", blob[b:c], False, False, seq, ts, -1, ver))  # noqa: E501  # fmt: skip
+            # Positional, no tool calls: the common message, built quickest
+            # (its token estimate from the lengths, not the texts).
+            kind = kinds[code]
+            tokens = estimate_plain(kind, b - a, c - b)
+            append(Msg(kind, blob[a:b], "", (), "", "", blob[b:c], False, False, seq, ts, tokens, ver))  # noqa: E501  # fmt: skip
             continue
         calls = x.get("calls")
         append(
