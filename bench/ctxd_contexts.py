@@ -30,6 +30,10 @@ Rows (p50/p99 in µs):
   message conversation, every page (default page size; 10 MB of text), and
   ``ctxd.get_context.slice_max_page.<store>.h10000`` the same with the
   largest page size (fewer, ~3 MiB pages: what per-page costs add);
+* ``floor.grpc.pages.<store>.h10000``: the floor of that read: the same
+  number of replies of the same sizes from ``bench.echo_server`` (a server
+  that does no work), timed interleaved with it; the slice row's ratio is
+  to this one;
 * ``ctxd.restore.<store>.h10000``: a fresh sidecar's first GetContext(INFO) of
   that conversation, i.e. the restore from the store (head + sealed
   segments + log tail), one fresh process per sample.
@@ -44,6 +48,7 @@ one keeps busy, so most of it happens after the measurement.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Iterator
@@ -191,6 +196,30 @@ class Bench:
         return out
 
 
+class BlobReader:
+    """Replies of given sizes from ``bench.echo_server``'s Blob method: the
+    transport floor of a paged read (one call per page, no work on the server)."""
+
+    def __init__(self, port: str) -> None:
+        import grpc
+
+        from bench.echo_server import BLOB_METHOD, MAX_BLOB
+
+        self.channel = grpc.insecure_channel(
+            f"127.0.0.1:{int(port)}", options=[("grpc.max_receive_message_length", MAX_BLOB)]
+        )
+        grpc.channel_ready_future(self.channel).result(timeout=20)
+        self.call = self.channel.unary_unary(BLOB_METHOD, _registered_method=True)
+
+    def read(self, sizes: list[int]) -> None:
+        for size in sizes:
+            if len(self.call(str(size).encode(), timeout=CALL_TIMEOUT_S)) != size:
+                raise RuntimeError("echo server returned a different size")
+
+    def close(self) -> None:
+        self.channel.close()
+
+
 def read_all(stub, cid: str, view: int, page_size: int = 0) -> list:
     """Every page of ``view`` of ``cid``, in order (0: the default page size)."""
     from sidecar.api.ctxd.v1 import context_pb2 as pb
@@ -271,34 +300,60 @@ def _suite(ctx: Context, label: str, store: str, common: dict) -> Iterator[Resul
     restore_ns: list[int] = []
     slice_ns: list[int] = []
     max_page_ns: list[int] = []
+    floor_ns: list[int] = []
     npages: dict[int, int] = {}
-    for i in range(restores):
-        with spawn(sidecar_cmd(store)) as (_, port):
-            channel = open_channel(port)
-            try:
-                stub = context_pb2_grpc.ContextServiceStub(channel)
-                req = pb.GetContextRequest(context_id=big_conv, view=pb.CONTEXT_VIEW_INFO)
-                t0 = time.perf_counter_ns()
-                info = stub.GetContext(req, timeout=CALL_TIMEOUT_S).info
-                restore_ns.append(time.perf_counter_ns() - t0)
-                if info.message_count < biggest:
-                    raise RuntimeError(f"restored {info.message_count} messages")
-                if i == restores - 1:
-                    for k in range(slices + 1):
-                        for size, out in ((0, slice_ns), (MAX_PAGE_SIZE, max_page_ns)):
+    page_sizes: list[int] = []
+    with contextlib.ExitStack() as stack:
+        _, echo_port = stack.enter_context(
+            spawn(python_module_cmd("bench.echo_server", "--watch-stdin"))
+        )
+        blobs = BlobReader(echo_port)
+        stack.callback(blobs.close)
+        for i in range(restores):
+            with spawn(sidecar_cmd(store)) as (_, port):
+                channel = open_channel(port)
+                try:
+                    stub = context_pb2_grpc.ContextServiceStub(channel)
+                    req = pb.GetContextRequest(context_id=big_conv, view=pb.CONTEXT_VIEW_INFO)
+                    t0 = time.perf_counter_ns()
+                    info = stub.GetContext(req, timeout=CALL_TIMEOUT_S).info
+                    restore_ns.append(time.perf_counter_ns() - t0)
+                    if info.message_count < biggest:
+                        raise RuntimeError(f"restored {info.message_count} messages")
+                    if i == restores - 1:
+                        for k in range(slices + 1):
+                            for size, out in ((0, slice_ns), (MAX_PAGE_SIZE, max_page_ns)):
+                                t0 = time.perf_counter_ns()
+                                pages = read_all(stub, big_conv, pb.CONTEXT_VIEW_SLICE, size)
+                                if k:  # the first round warms up
+                                    out.append(time.perf_counter_ns() - t0)
+                                npages[size] = len(pages)
+                                if sum(len(p.slice) for p in pages) < biggest:
+                                    raise RuntimeError("slice is short")
+                                if size == 0:
+                                    page_sizes = [p.ByteSize() for p in pages]
                             t0 = time.perf_counter_ns()
-                            pages = read_all(stub, big_conv, pb.CONTEXT_VIEW_SLICE, size)
-                            if k:  # the first round warms up
-                                out.append(time.perf_counter_ns() - t0)
-                            npages[size] = len(pages)
-                            if sum(len(p.slice) for p in pages) < biggest:
-                                raise RuntimeError("slice is short")
-            finally:
-                channel.close()
+                            blobs.read(page_sizes)
+                            if k:
+                                floor_ns.append(time.perf_counter_ns() - t0)
+                finally:
+                    channel.close()
+    floor_name = f"floor.grpc.pages.{label}.h{biggest}"
+    yield result_from_samples(
+        floor_ns,
+        name=floor_name,
+        group=GROUP,
+        extra={
+            "what": "the slice read's replies (same count and sizes) from bench.echo_server",
+            "pages": len(page_sizes),
+            "bytes": sum(page_sizes),
+        },
+    )
     yield result_from_samples(
         slice_ns,
         name=f"ctxd.get_context.slice.{label}.h{biggest}",
         group=GROUP,
+        ratio_to=floor_name,
         extra={
             **common,
             "messages": info.message_count,

@@ -19,15 +19,32 @@ import grpc
 
 SERVICE = "bench.Echo"
 METHOD = f"/{SERVICE}/Echo"
+#: Replies with as many bytes as the request names (ASCII decimal), built once
+#: per size: the floor of a read that moves megabytes.
+BLOB_METHOD = f"/{SERVICE}/Blob"
+#: Largest Blob reply (the client must raise its receive limit to match).
+MAX_BLOB = 64 * 1024 * 1024
+_blobs: dict[int, bytes] = {}
 
 
 async def _echo(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
     return request
 
 
+async def _blob(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+    size = min(int(request or b"0"), MAX_BLOB)
+    blob = _blobs.get(size)
+    if blob is None:
+        blob = _blobs[size] = (bytes(range(251)) * (size // 251 + 1))[:size]
+    return blob
+
+
 def add_echo_service(server: grpc.aio.Server) -> None:
-    """Register the echo method the way generated ``*_pb2_grpc`` code does."""
-    handlers = {"Echo": grpc.unary_unary_rpc_method_handler(_echo)}
+    """Register the echo methods the way generated ``*_pb2_grpc`` code does."""
+    handlers = {
+        "Echo": grpc.unary_unary_rpc_method_handler(_echo),
+        "Blob": grpc.unary_unary_rpc_method_handler(_blob),
+    }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
     if hasattr(server, "add_registered_method_handlers"):
         server.add_registered_method_handlers(SERVICE, handlers)
@@ -53,7 +70,7 @@ async def serve(host: str, port: int, watch_stdin: bool) -> None:
 
         threading.Thread(target=wait_eof, name="stdin-watch", daemon=True).start()
 
-    server = grpc.aio.server()
+    server = grpc.aio.server(options=[("grpc.max_send_message_length", MAX_BLOB)])
     add_echo_service(server)
     bound = server.add_insecure_port(f"{host}:{port}")
     if not bound:
