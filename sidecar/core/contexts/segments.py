@@ -101,21 +101,13 @@ def decode_segment(raw: bytes) -> list[Msg]:
         raise SegmentDamaged(str(exc)) from None
 
 
+#: The fields most messages leave empty, named as Msg.to_dict names them.
+_RARE = ("principal", "calls", "call_id", "name", "json", "error")
+
+
 def _extra_of(m: Msg) -> dict[str, Any]:
-    x: dict[str, Any] = {}
-    if m.principal:
-        x["principal"] = m.principal
-    if m.tool_calls:
-        x["calls"] = [[c.id, c.name, c.arguments_json] for c in m.tool_calls]
-    if m.call_id:
-        x["call_id"] = m.call_id
-    if m.name:
-        x["name"] = m.name
-    if m.content_json:
-        x["json"] = True
-    if m.is_error:
-        x["error"] = True
-    return x
+    d = m.to_dict()
+    return {k: d[k] for k in _RARE if k in d}
 
 
 def _decode_columns(raw: bytes) -> list[Msg]:
