@@ -127,15 +127,10 @@ class Storage:
 
     async def _get_full(self, full: str) -> Item | None:
         if self.inline_reads:
-            try:
-                item = self.store.get(full)
-            except StoreError as exc:
-                raise Unavailable(f"store error: {exc}") from None
+            item = self._inline(self.store.get, full)
         else:
             item = await self._call(self.store.get, full)
-        if item is not None and not self.can_delete and item.value == TOMBSTONE:
-            return None
-        return item
+        return None if item is None or self._tombstone(item.value) else item
 
     async def get_value(self, key: str) -> bytes | None:
         """The value alone, for reads that never compare versions: an inline
@@ -144,13 +139,19 @@ class Storage:
         if not self.inline_reads:
             item = await self._get_full(full)
             return None if item is None else item.value
+        value = self._inline(self.store.get_value, full)
+        return None if value is None or self._tombstone(value) else value
+
+    def _inline(self, read, full: str):
+        """A read on the calling thread (stores that declare INLINE_READS)."""
         try:
-            value = self.store.get_value(full)
+            return read(full)
         except StoreError as exc:
             raise Unavailable(f"store error: {exc}") from None
-        if value is not None and not self.can_delete and value == TOMBSTONE:
-            return None
-        return value
+
+    def _tombstone(self, value: bytes) -> bool:
+        """On a store without DELETE, a deleted record is its tombstone."""
+        return not self.can_delete and value == TOMBSTONE
 
     async def put(
         self, key: str, value: bytes, *, if_version: str | None = None, if_absent: bool = False
@@ -197,7 +198,7 @@ class Storage:
 
     async def _check_locally(self, full: str, if_version: str | None, if_absent: bool) -> None:
         current = await self._call(self.store.get, full)
-        if current is not None and not self.can_delete and current.value == TOMBSTONE:
+        if current is not None and self._tombstone(current.value):
             current = None
         try:
             check_precondition(current, if_version, if_absent)

@@ -28,6 +28,7 @@ from sidecar.server.interceptors import (
     Calls,
     Decode,
     Gate,
+    Layer,
     Pipeline,
     Registrar,
 )
@@ -75,7 +76,7 @@ class Sidecar:
         # call, refusals included; the token is checked before the gate, and
         # requests are decoded last, right before the handler.
         access = cfg.access_log_level
-        layers: list = [
+        layers: list[Layer] = [
             Calls(None if access == "OFF" else logging.getLevelName(access), self.domain.tracing)
         ]
         token = read_token(cfg)

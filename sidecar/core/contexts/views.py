@@ -108,7 +108,7 @@ def _fitting(window: list[Msg], budget: int) -> int:
     bisection finds the last one that fits, without a loop in Python."""
     if not window:
         return 0
-    spent = list(accumulate([m.size_bytes + MESSAGE_FRAME_BYTES for m in window]))
+    spent = list(accumulate([message_bytes(m) for m in window]))
     return max(1, bisect_right(spent, budget))
 
 
