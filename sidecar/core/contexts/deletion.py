@@ -35,7 +35,6 @@ from sidecar.core.contexts.model import ROOT_ID, ContextState, SegmentRef
 from sidecar.core.contexts.persistence import (
     TRASH,
     decode,
-    encode,
     head_key,
     log_key,
     trash_name,
@@ -54,6 +53,7 @@ from sidecar.core.errors import (
     InvalidArgument,
     Unavailable,
 )
+from sidecar.core.jsonvalue import encode_compact
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ class Deletion:
                 ],
             }
             await svc.trash.add(name)
-            await svc.storage.put(f"{TRASH}/{name}", encode(plan))
+            await svc.storage.put(f"{TRASH}/{name}", encode_compact(plan))
             faults.crash_point("contexts.after_trash_record")
             try:
                 await svc.commit(e, st, {"v": fence, "op": "deleted", "ts": plan["fenced_at"]})

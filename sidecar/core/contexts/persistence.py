@@ -31,6 +31,7 @@ from sidecar.core.contexts.segments import (
     encode_segment,
 )
 from sidecar.core.errors import Conflict, NotFound, Unavailable
+from sidecar.core.jsonvalue import encode_compact
 from sidecar.core.storage import Storage
 from sidecar.store import Item
 
@@ -51,10 +52,6 @@ IO_CONCURRENCY = 8
 RESTORE_ATTEMPTS = 5
 
 _SEALED_MARKER = json.dumps({"op": SEALED}).encode()
-
-
-def encode(obj: Any) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def decode(raw: bytes, what: str) -> Any:
@@ -145,7 +142,7 @@ class ContextStore:
     async def create_head(self, st: ContextState) -> None:
         """Write the head of a new context (version 0); Conflict if one exists
         (other than the deleted incarnation ``st.replaces_head`` names)."""
-        body = encode(st.head_dict([], 0, [], []))
+        body = encode_compact(st.head_dict([], 0, [], []))
         if st.replaces_head is not None:
             # The head of a deleted incarnation is still stored: take its place.
             etag = await self.storage.put(head_key(st.id), body, if_version=st.replaces_head)
@@ -159,7 +156,8 @@ class ContextStore:
         """Create the record of version ``rec["v"]``. This create-only write is
         where concurrent writers are serialised: Conflict means another
         writer already made that version."""
-        await self.storage.put(log_key(st.id, st.gen, rec["v"]), encode(rec), if_absent=True)
+        key = log_key(st.id, st.gen, rec["v"])
+        await self.storage.put(key, encode_compact(rec), if_absent=True)
 
     async def read_tail(
         self,
@@ -315,7 +313,7 @@ class ContextStore:
             sealed_through = segment.last
         elif st.next_seq - 1 > sealed_through:
             sealed_through = st.next_seq - 1  # appended and folded before sealing
-        head = encode(st.head_dict(keep, sealed_through, dropped, archive))
+        head = encode_compact(st.head_dict(keep, sealed_through, dropped, archive))
         pending_bytes = sum(m.size_bytes for m in pending)
         st.dirty = False
         try:
@@ -419,7 +417,6 @@ __all__ = [
     "Damaged",
     "HeadMoved",
     "NeedsFullRestore",
-    "encode",
     "decode",
     "head_key",
     "log_key",

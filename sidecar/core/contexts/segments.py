@@ -43,6 +43,7 @@ from sidecar.core.contexts.model import (
     ToolCall,
 )
 from sidecar.core.estimate import estimate_plain
+from sidecar.core.jsonvalue import encode_compact
 
 MAGIC = b"ctxd-seg/2\n"
 #: Writable formats (``contexts.segment_format``).
@@ -63,7 +64,7 @@ def encode_segment(cid: str, gen: str, msgs: list[Msg], fmt: str = COLUMNS) -> b
     (``JSON``) that ctxd 0.1 reads, while a fleet is being upgraded."""
     if fmt == JSON:
         doc = {"id": cid, "gen": gen, "msgs": [m.to_dict() for m in msgs]}
-        return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
+        return encode_compact(doc)
     extra: dict[str, dict[str, Any]] = {}
     for i, m in enumerate(msgs):
         x = _extra_of(m)
@@ -79,7 +80,7 @@ def encode_segment(cid: str, gen: str, msgs: list[Msg], fmt: str = COLUMNS) -> b
         numbers.byteswap()
     parts = [
         MAGIC,
-        json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode(),
+        encode_compact(header),
         b"\n",
         "".join([_CODES[m.kind] for m in msgs]).encode(),
         numbers.tobytes(),
