@@ -93,18 +93,16 @@ class _WrappedGeneric(grpc.GenericRpcHandler):
     def __init__(self, inner: grpc.GenericRpcHandler, pipeline: Pipeline) -> None:
         self._inner = inner
         self._pipeline = pipeline
-        self._cache: dict[str, grpc.RpcMethodHandler | None] = {}
+        self._cache: dict[str, grpc.RpcMethodHandler] = {}
 
     def service(self, handler_call_details):
         method = handler_call_details.method
-        try:
-            return self._cache[method]
-        except KeyError:
-            pass
-        handler = self._inner.service(handler_call_details)
-        wrapped = None if handler is None else self._pipeline.wrap(handler, method)
-        if handler is not None:
-            self._cache[method] = wrapped
+        wrapped = self._cache.get(method)
+        if wrapped is None:
+            handler = self._inner.service(handler_call_details)
+            if handler is None:
+                return None
+            wrapped = self._cache[method] = self._pipeline.wrap(handler, method)
         return wrapped
 
 
