@@ -11,8 +11,9 @@ the child with py-spy (``pip install -e '.[bench]'``) and prints:
 * the heaviest ctxd frames on the event loop, inclusive and self.
 
 Workloads: ``get`` (Memory.Get of one key), ``set`` (Memory.Set of a new key),
-``turn`` (AppendTurn of a 1 KB user + 1 KB assistant message, then the
-incremental GetContext a runtime makes next). Figures from py-spy are
+``append`` (AppendTurn of a 1 KB user + 1 KB assistant message, with an
+idempotency key, as the throughput benchmark sends it), ``turn`` (that
+AppendTurn, then the incremental GetContext a runtime makes next). Figures from py-spy are
 samples, not wall time: profiling slows the child, so read shares, not
 microseconds. The raw samples are kept (``--raw``) for a flame graph.
 """
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 
 from bench.procs import python_module_cmd, spawn
 
-WORKLOADS = ("get", "set", "turn")
+WORKLOADS = ("get", "set", "append", "turn")
 #: The event loop waiting for work (its innermost Python frame).
 _IDLE = ("EpollSelector.select", "epoll_wait")
 _LOOP = "run_forever"
@@ -134,6 +135,12 @@ def _workload(name: str, port: str, caller: int = 0) -> Callable[[], object]:
     ]
     cid = f"profile-{caller}"  # one conversation per caller, as runtimes have
     held = [contexts.AppendTurn(pb.AppendTurnRequest(context_id=cid, messages=pair)).version]
+    if name == "append":
+        keys = itertools.count()
+        return lambda: contexts.AppendTurn(
+            pb.AppendTurnRequest(context_id=cid, messages=pair, idempotency_key=f"k{next(keys)}"),
+            timeout=10,
+        )
 
     def turn() -> None:
         contexts.AppendTurn(pb.AppendTurnRequest(context_id=cid, messages=pair), timeout=10)

@@ -18,6 +18,7 @@ default 64GiB, sparse, so it costs nothing until used).
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import fcntl
 import os
@@ -25,6 +26,7 @@ import queue
 import re
 import threading
 from collections.abc import Mapping
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import lmdb
@@ -131,10 +133,14 @@ class LmdbStore(Store):
     def delete_async(self, key, *, if_version=None):
         return self._submit(_delete, key.encode(), if_version)
 
-    def _submit(self, fn, *args) -> concurrent.futures.Future:
-        future: concurrent.futures.Future = concurrent.futures.Future()
-        self._queue.put((fn, args, future))
-        return future
+    def _submit(self, fn, *args) -> asyncio.Future | concurrent.futures.Future:
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        write = _Write(fn, args, loop)
+        self._queue.put(write)
+        return write.future
 
     def _write_loop(self) -> None:
         stopping = False
@@ -153,39 +159,33 @@ class LmdbStore(Store):
                     break
                 batch.append(item)
             # A caller that gave up (cancelled) before its write started is
-            # dropped; from here on a write can no longer be cancelled, so
-            # its caller always learns the outcome.
-            batch = [item for item in batch if item[2].set_running_or_notify_cancel()]
+            # dropped; a write that started is applied whatever its caller does.
+            batch = [write for write in batch if write.start()]
             if not batch:
                 continue
             try:
-                outcomes = self._commit(batch)
+                self._commit(batch)
             except StoreError:
                 # The shared transaction failed: retry alone so only the
                 # write at fault fails.
-                outcomes = []
-                for one in batch:
+                for write in batch:
                     try:
-                        outcomes.extend(self._commit([one]))
+                        self._commit([write])
                     except StoreError as exc:
-                        outcomes.append((one[2], None, exc))
-            for future, result, error in outcomes:
-                if error is None:
-                    future.set_result(result)
-                else:
-                    future.set_exception(error)
+                        write.outcome = (None, exc)
+            _report(batch)
 
-    def _commit(self, batch):
-        """Apply ``batch`` in one transaction; outcomes are only reported
-        after the commit (and its fsync) returned."""
-        outcomes = []
+    def _commit(self, batch: list[_Write]) -> None:
+        """Apply ``batch`` in one transaction. Outcomes are recorded on each
+        write and reported by the caller only after the commit (and its
+        fsync) returned."""
         try:
             with self.env.begin(write=True) as txn:
-                for fn, args, future in batch:
+                for write in batch:
                     try:
-                        outcomes.append((future, fn(txn, *args), None))
+                        write.outcome = (write.fn(txn, *write.args), None)
                     except PreconditionFailed as exc:
-                        outcomes.append((future, None, exc))
+                        write.outcome = (None, exc)
         except lmdb.MapFullError:
             raise StoreFull(
                 f"LMDB map is full ({self.map_size} bytes); raise map_size in the store URI"
@@ -196,7 +196,6 @@ class LmdbStore(Store):
             if self._disk_full(exc):
                 raise StoreFull("the disk holding the LMDB environment is full") from None
             raise StoreError(f"LMDB write failed: {type(exc).__name__}") from None
-        return outcomes
 
     def _disk_full(self, exc: lmdb.Error) -> bool:
         """LMDB reports a full disk in several shapes (ENOSPC on commit, EIO
@@ -221,6 +220,61 @@ class LmdbStore(Store):
 
     def describe(self) -> str:
         return f"lmdb (map_size={self.map_size})"
+
+
+class _Write:
+    """One queued write: what to apply, and the future its caller awaits. A
+    caller on an event loop gets that loop's future, so a group commit wakes
+    each loop once for all of its writes instead of once per write."""
+
+    __slots__ = ("fn", "args", "loop", "future", "outcome")
+
+    def __init__(self, fn, args: tuple, loop: asyncio.AbstractEventLoop | None) -> None:
+        self.fn = fn
+        self.args = args
+        self.loop = loop
+        self.future: asyncio.Future | concurrent.futures.Future = (
+            concurrent.futures.Future() if loop is None else loop.create_future()
+        )
+        self.outcome: tuple[Any, BaseException | None] = (None, None)
+
+    def start(self) -> bool:
+        """False when the caller already gave up (then the write is dropped)."""
+        if self.loop is None:
+            return self.future.set_running_or_notify_cancel()
+        # Read across threads: a cancel racing this check lets the write apply,
+        # as a cancel arriving once it started would.
+        return not self.future.cancelled()
+
+    def settle(self) -> None:
+        if self.future.cancelled():
+            return
+        result, error = self.outcome
+        if error is None:
+            self.future.set_result(result)
+        else:
+            self.future.set_exception(error)
+
+
+def _report(batch: list[_Write]) -> None:
+    """Complete every write of a committed batch: thread futures here, and
+    each event loop's futures in one callback on that loop."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[_Write]] = {}
+    for write in batch:
+        if write.loop is None:
+            write.settle()
+        else:
+            by_loop.setdefault(write.loop, []).append(write)
+    for loop, writes in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_settle_all, writes)
+        except RuntimeError:
+            pass  # that loop is closed: nothing awaits these any more
+
+
+def _settle_all(writes: list[_Write]) -> None:
+    for write in writes:
+        write.settle()
 
 
 def _exclusive(path: str):

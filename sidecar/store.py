@@ -19,6 +19,7 @@ themselves share :func:`check_precondition` and :func:`content_version`.
 from __future__ import annotations
 
 import abc
+import asyncio
 import concurrent.futures
 import enum
 import hashlib
@@ -49,6 +50,8 @@ class Capability(enum.StrEnum):
     #: The store queues writes on a thread of its own and offers
     #: ``put_async``/``delete_async`` returning futures: the sidecar then
     #: awaits those instead of blocking a worker thread on ``put``/``delete``.
+    #: Called on a running event loop they return that loop's futures, so a
+    #: store can complete a whole group of writes with one wake-up of the loop.
     ASYNC_WRITES = "async_writes"
 
 
@@ -154,14 +157,18 @@ class Store(abc.ABC):
 
     def put_async(
         self, key: str, value: bytes, *, if_version: str | None = None, if_absent: bool = False
-    ) -> concurrent.futures.Future[str]:
-        """``put`` without blocking; only on stores declaring ASYNC_WRITES."""
+    ) -> asyncio.Future[str] | concurrent.futures.Future[str]:
+        """``put`` without blocking; only on stores declaring ASYNC_WRITES.
+
+        On a running event loop: an :class:`asyncio.Future` of that loop,
+        completed on it; elsewhere a :class:`concurrent.futures.Future`."""
         raise NotImplementedError(f"{self.name} does not declare ASYNC_WRITES")
 
     def delete_async(
         self, key: str, *, if_version: str | None = None
-    ) -> concurrent.futures.Future[None]:
-        """``delete`` without blocking; only on stores declaring ASYNC_WRITES."""
+    ) -> asyncio.Future[None] | concurrent.futures.Future[None]:
+        """``delete`` without blocking; only on stores declaring ASYNC_WRITES
+        (the same futures as :meth:`put_async`)."""
         raise NotImplementedError(f"{self.name} does not declare ASYNC_WRITES")
 
     def flush(self) -> None:  # noqa: B027 - optional hook

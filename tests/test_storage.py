@@ -608,3 +608,34 @@ def test_lmdb_writer_survives_cancelled_callers(tmp_path):
         assert len(store.list("k")) == 200 - cancelled  # cancelled writes never ran
     finally:
         store.close()
+
+
+def test_lmdb_writer_drops_writes_cancelled_on_the_loop(tmp_path):
+    """A task cancelled while its write waits in the queue: the write never
+    runs, and the writer goes on for everyone else."""
+    store = LmdbStore(str(tmp_path / "env"), map_size=64 << 20)
+
+    async def scenario() -> int:
+        entered, gate = threading.Event(), threading.Event()
+
+        def hold(txn) -> None:  # keeps the writer busy until the gate opens
+            entered.set()
+            gate.wait(30)
+
+        held = store._submit(hold)
+        assert await asyncio.to_thread(entered.wait, 30)
+        futures = [store.put_async(f"k{i}", b"v") for i in range(50)]
+        for f in futures[25:]:
+            f.cancel()
+        gate.set()
+        await held
+        done = await asyncio.gather(*futures, return_exceptions=True)
+        assert all(isinstance(v, str) for v in done[:25])
+        await store.put_async("after", b"ok")
+        return len(store.list("k"))
+
+    try:
+        assert asyncio.run(scenario()) == 25
+        assert store.get("after").value == b"ok"
+    finally:
+        store.close()

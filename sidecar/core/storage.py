@@ -106,7 +106,7 @@ class Storage:
             if submit is not None:
                 # The store has its own writer thread: await its future
                 # instead of parking a worker thread on it.
-                return await asyncio.wrap_future(submit(*args, **kwargs))
+                return await submit(*args, **kwargs)
             return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
         except PreconditionFailed:
             raise Conflict(_CHANGED) from None

@@ -3,6 +3,7 @@ ASYNC_WRITES (or their refusal), flush/close, and data surviving a reopen."""
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 from collections.abc import Callable
 
@@ -42,6 +43,28 @@ class AsyncWriteTests(StoreFixtures):
         store.delete_async("async/3").result(timeout=30)
         assert store.get("async/3") is None
         assert store.get("async/0").value == b"v0"
+
+    def test_async_writes_on_an_event_loop_are_that_loops_futures(self, store: Store) -> None:
+        """Called on a running loop, put_async/delete_async return futures of
+        that loop, completed on it; a failed precondition fails its write alone."""
+        if not declares(store, Capability.ASYNC_WRITES):
+            pytest.skip("the store does not declare ASYNC_WRITES")
+
+        async def writes() -> tuple[list[str], BaseException | None]:
+            loop = asyncio.get_running_loop()
+            futures = [store.put_async(f"loop/{i}", f"v{i}".encode()) for i in range(20)]
+            clash = store.put_async("loop/0", b"again", if_absent=True)
+            assert all(asyncio.isfuture(f) and f.get_loop() is loop for f in futures)
+            versions = list(await asyncio.gather(*futures))
+            error = (await asyncio.gather(clash, return_exceptions=True))[0]
+            await store.delete_async("loop/1")
+            return versions, error
+
+        versions, error = asyncio.run(writes())
+        assert [store.get(f"loop/{i}").version for i in range(2, 20)] == versions[2:]
+        assert isinstance(error, PreconditionFailed)
+        assert store.get("loop/0").value == b"v0"
+        assert store.get("loop/1") is None
 
 
 class LifecycleTests(StoreFixtures):
