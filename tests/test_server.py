@@ -6,16 +6,19 @@ import socket
 import subprocess
 import sys
 import time
+import types
 
 import grpc
 import pytest
 from google.rpc import error_details_pb2
-from grpc_health.v1 import health_pb2
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from grpc_status import rpc_status
 
 from sidecar.api.ctxd.v1 import context_pb2 as cpb
-from sidecar.server.interceptors import HEALTH_WATCH, WATCH_CONTEXT
+from sidecar.api.ctxd.v1 import memory_pb2
+from sidecar.server.interceptors import HEALTH_WATCH, WATCH_CONTEXT, Pipeline, Registrar
+from sidecar.server.registration import add_service
 from tests.conftest import free_port, wait_serving
 
 
@@ -228,3 +231,35 @@ def test_an_lmdb_directory_that_cannot_be_created_is_refused(tmp_path):
     (tmp_path / "file").write_text("not a directory")
     line = _refused("--listen", "127.0.0.1:0", "--store", f"lmdb://{tmp_path / 'file' / 'data'}")
     assert line == "ctxd: cannot start: cannot open the lmdb store: Not a directory"
+
+
+def test_services_reach_the_server_as_generic_handlers_only():
+    """Per-method registration makes every grpc.aio call dearer with ctxd's
+    many methods (see Registrar): every handler must come through the one
+    generic path, wrapped by the pipeline."""
+
+    class Recording:
+        def __init__(self) -> None:
+            self.generic: list = []
+            self.registered: list = []
+
+        def add_generic_rpc_handlers(self, handlers) -> None:
+            self.generic.extend(handlers)
+
+        def add_registered_method_handlers(self, service, handlers) -> None:
+            self.registered.append(service)
+
+    class Marking:
+        def wrap(self, handler, method):
+            return grpc.unary_unary_rpc_method_handler(lambda request, context: method)
+
+    server = Recording()
+    registrar = Registrar(server, Pipeline([Marking()]))
+    service = memory_pb2.DESCRIPTOR.services_by_name["MemoryService"]
+    servicer = types.SimpleNamespace(**{m.name: None for m in service.methods})
+    add_service(registrar, servicer, service)
+    health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), registrar)
+    assert server.registered == []
+    details = type("Details", (), {"method": "/ctxd.v1.MemoryService/Get"})()
+    handler = next(h.service(details) for h in server.generic if h.service(details) is not None)
+    assert handler.unary_unary(None, None) == "/ctxd.v1.MemoryService/Get"
