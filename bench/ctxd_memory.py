@@ -10,7 +10,8 @@ same synchronous client style and deadline as ``bench.floor_grpc``:
   ``floor.echo+lmdb.put`` (target <= 1.25x), a synthetic row whose p50/p99
   are the sums of the echo and raw LMDB put rows;
 * ``ctxd.memory.{get,set}.tput.c16``: throughput with 16 concurrent callers
-  on one channel, ratio to ``memory.floor.echo.tput.c16`` (target >= 0.8x).
+  on one channel, ratio to ``memory.floor.echo.tput.c16`` (target >= 0.8x),
+  the three measured in alternating windows.
 
 The ``memory.floor.*`` rows repeat the ``grpc``/``lmdb`` floors right before
 the ctxd rows (same machine state, same scratch filesystem), so the ratios
@@ -32,9 +33,9 @@ from bench.harness import (
     Context,
     Result,
     filesystem_of,
+    interleaved_throughput,
     register,
     result_from_samples,
-    throughput,
 )
 from bench.procs import python_module_cmd, spawn
 
@@ -74,7 +75,8 @@ def ctxd_memory(ctx: Context) -> Iterator[Result]:
     warmup = ctx.pick(full=300, quick=20)
     rounds = ctx.pick(full=10, quick=2)
     seconds = ctx.pick(full=5.0, quick=0.5)
-    warm_s = ctx.pick(full=1.0, quick=0.1)
+    warm_s = ctx.pick(full=0.25, quick=0.05)
+    tput_rounds = ctx.pick(full=5, quick=1)
 
     floor_dir = ctx.tmpdir(prefix="bench-mem-floor-")
     data = ctx.tmpdir(prefix="bench-mem-ctxd-")
@@ -185,21 +187,18 @@ def ctxd_memory(ctx: Context) -> Iterator[Result]:
                 extra={**ctxd, "write": "new key each call"},
             )
 
-            for name, fn, ratio_to in (
-                (FLOOR_ECHO_TPUT, echo, None),
-                (GET_TPUT, get, FLOOR_ECHO_TPUT),
-                (SET_TPUT, new_set, FLOOR_ECHO_TPUT),
-            ):
-                yield throughput(
-                    fn,
-                    CALLERS,
-                    seconds,
-                    warmup_seconds=warm_s,
-                    name=name,
-                    group="memory",
-                    ratio_to=ratio_to,
-                    extra=dict(ctxd if ratio_to else common),
-                )
+            yield from interleaved_throughput(
+                [
+                    (FLOOR_ECHO_TPUT, echo, None, common),
+                    (GET_TPUT, get, FLOOR_ECHO_TPUT, ctxd),
+                    (SET_TPUT, new_set, FLOOR_ECHO_TPUT, ctxd),
+                ],
+                CALLERS,
+                seconds,
+                rounds=tput_rounds,
+                group="memory",
+                warmup_seconds=warm_s,
+            )
         finally:
             channel.close()
             echo_channel.close()

@@ -7,7 +7,9 @@
   (1 KB user + 1 KB assistant) was appended to each of N contexts, all still
   in the registry, ratio to ``ctxd.rss.idle`` (the same process before).
 * ``ctxd.append_turn.tput.c<N>``: AppendTurn calls/s with N concurrent callers,
-  each on its own conversation, ratio to ``grpc.echo.tput.c<N>``.
+  each on its own conversation, ratio to ``process.floor.echo.tput.c<N>``: the
+  bare echo server answering a request of the same size, measured in windows
+  alternating with ctxd's so drifting load falls on both.
 """
 
 from __future__ import annotations
@@ -22,7 +24,15 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
-from bench.harness import Context, Result, register, result_from_samples, throughput
+from bench.echo_server import METHOD as ECHO_METHOD
+from bench.harness import (
+    Context,
+    Result,
+    interleaved_throughput,
+    register,
+    result_from_samples,
+)
+from bench.procs import python_module_cmd, spawn
 
 CALL_TIMEOUT_S = 10.0
 TEXT_1K = ("The quick brown fox jumps over the lazy dog. " * 23)[:1024]
@@ -163,26 +173,40 @@ def ctxd_process(ctx: Context) -> Iterator[Result]:
                     ratio_to="ctxd.rss.idle",
                 )
 
-        # -- AppendTurn throughput -------------------------------------------------------
+        # -- AppendTurn throughput, alternating with an echo floor -----------------------
         seconds = ctx.pick(full=4.0, quick=0.5)
-        for callers in (1, 4, 16):
-            local = threading.local()
-            counter = itertools.count()
+        rounds = ctx.pick(full=4, quick=1)
+        with spawn(python_module_cmd("bench.echo_server", "--watch-stdin")) as (_, echo_port):
+            echo_channel = grpc.insecure_channel(f"127.0.0.1:{int(echo_port)}")
+            echo_call = echo_channel.unary_unary(ECHO_METHOD, _registered_method=True)
+            # An AppendTurn request's size, so both sides move the same bytes.
+            payload = _turn(pb, "tput-size", 0).SerializeToString()
+            for callers in (1, 4, 16):
+                local = threading.local()
+                counter = itertools.count()
 
-            def append(callers=callers, local=local, counter=counter) -> None:
-                if not hasattr(local, "cid"):
-                    local.cid = f"tput-{callers}-{next(counter)}"
-                    local.i = itertools.count()
-                stub.AppendTurn(_turn(pb, local.cid, next(local.i)), timeout=CALL_TIMEOUT_S)
+                def append(callers=callers, local=local, counter=counter) -> None:
+                    if not hasattr(local, "cid"):
+                        local.cid = f"tput-{callers}-{next(counter)}"
+                        local.i = itertools.count()
+                    stub.AppendTurn(_turn(pb, local.cid, next(local.i)), timeout=CALL_TIMEOUT_S)
 
-            yield throughput(
-                append,
-                callers,
-                seconds,
-                name=f"ctxd.append_turn.tput.c{callers}",
-                group="process",
-                ratio_to=f"grpc.echo.tput.c{callers}",
-            )
+                def echo() -> None:
+                    echo_call(payload, timeout=CALL_TIMEOUT_S)
+
+                floor = f"process.floor.echo.tput.c{callers}"
+                yield from interleaved_throughput(
+                    [
+                        (floor, echo, None, {"payload_bytes": len(payload)}),
+                        (f"ctxd.append_turn.tput.c{callers}", append, floor, {}),
+                    ],
+                    callers,
+                    seconds,
+                    rounds,
+                    group="process",
+                    warmup_seconds=ctx.pick(full=0.25, quick=0.05),
+                )
+            echo_channel.close()
         channel.close()
 
 

@@ -39,6 +39,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import threading
@@ -322,6 +323,64 @@ def throughput(
         extra=ex,
         ratio_to=ratio_to,
     )
+
+
+def interleaved_throughput(
+    plan: Sequence[tuple[str, Callable[[], Any], str | None, dict[str, Any]]],
+    callers: int,
+    seconds: float,
+    rounds: int,
+    *,
+    group: str,
+    warmup_seconds: float,
+) -> list[Result]:
+    """:func:`throughput` of several workloads in alternating windows.
+
+    ``plan`` is ``(name, fn, ratio_to, extra)`` per workload. Each of
+    ``rounds`` rounds runs every workload for ``seconds / rounds`` (after its
+    own ``warmup_seconds``), so load that drifts during the run falls on
+    both sides of a ratio alike. A workload's rate is its calls over all its
+    windows divided by their total time; ``extra["round_rates"]`` keeps each
+    window's rate and the latency figures are medians over the windows.
+    """
+    if rounds <= 0:
+        raise ValueError("rounds must be positive")
+    window = seconds / rounds
+    per: dict[str, list[Result]] = {name: [] for name, *_ in plan}
+    for _ in range(rounds):
+        for name, fn, _ratio, _extra in plan:
+            per[name].append(
+                throughput(
+                    fn, callers, window, name=name, group=group, warmup_seconds=warmup_seconds
+                )
+            )
+    out = []
+    for name, _fn, ratio_to, extra in plan:
+        runs = per[name]
+        calls = sum(r.n for r in runs)
+        ex: dict[str, Any] = {
+            "callers": callers,
+            "seconds": window * rounds,
+            "rounds": rounds,
+            "warmup_seconds": warmup_seconds,
+            "round_rates": [round(r.p50, 1) for r in runs],
+        }
+        for key in ("lat_p50_us", "lat_p99_us", "lat_mean_us"):
+            ex[key] = statistics.median(r.extra[key] for r in runs)
+        ex.update(extra)
+        out.append(
+            Result(
+                name=name,
+                group=group,
+                unit=CALLS_PER_S,
+                p50=calls / (window * rounds),
+                p99=None,
+                n=calls,
+                extra=ex,
+                ratio_to=ratio_to,
+            )
+        )
+    return out
 
 
 # --------------------------------------------------------------------------

@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from bench.harness import Report, Result, measure, percentile, throughput
+from bench.harness import (
+    Report,
+    Result,
+    interleaved_throughput,
+    measure,
+    percentile,
+    throughput,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,6 +47,33 @@ def test_throughput_reraises_caller_error():
 
     with pytest.raises(ValueError):
         throughput(boom, 2, 0.05, warmup_seconds=0, name="boom", group="t")
+
+
+def test_interleaved_throughput_alternates_windows_and_pools_them():
+    """Every round runs each workload once, in plan order, and a rate is
+    all of a workload's calls over all of its windows."""
+    order: list[str] = []
+
+    def workload(tag: str):
+        def call() -> None:
+            if not order or order[-1] != tag:
+                order.append(tag)
+
+        return call
+
+    a, b = interleaved_throughput(
+        [("a", workload("a"), None, {"side": "floor"}), ("b", workload("b"), "a", {})],
+        2,
+        0.3,
+        3,
+        group="t",
+        warmup_seconds=0.01,
+    )
+    assert order == ["a", "b"] * 3
+    assert (a.name, b.name, b.ratio_to, a.extra["side"]) == ("a", "b", "a", "floor")
+    assert a.extra["rounds"] == 3 and len(a.extra["round_rates"]) == 3
+    assert a.p50 == pytest.approx(a.n / 0.3)
+    assert a.extra["callers"] == 2 and a.unit == "calls/s"
 
 
 def test_report_ratio_table_json(tmp_path):
@@ -89,6 +123,8 @@ def test_quick_run_end_to_end(tmp_path):
         "ctxd.replicas.append_turn.alternating",
         "ctxd.ledger.recall.expected.c3",
         "ctxd.index.create.s3-nolist.n1000",
+        "process.floor.echo.tput.c16",
+        "ctxd.append_turn.tput.c16",
     } <= names
     checks = {c["name"]: c for c in data["checks"]}
     assert checks["target.ledger.recall.expected.c1"]["value"] is not None
