@@ -176,8 +176,10 @@ def ctxd_process(ctx: Context) -> Iterator[Result]:
         # -- AppendTurn throughput, alternating with an echo floor -----------------------
         seconds = ctx.pick(full=4.0, quick=0.5)
         rounds = ctx.pick(full=4, quick=1)
-        with spawn(python_module_cmd("bench.echo_server", "--watch-stdin")) as (_, echo_port):
-            echo_channel = grpc.insecure_channel(f"127.0.0.1:{int(echo_port)}")
+        with (
+            spawn(python_module_cmd("bench.echo_server", "--watch-stdin")) as (_, echo_port),
+            grpc.insecure_channel(f"127.0.0.1:{int(echo_port)}") as echo_channel,
+        ):
             echo_call = echo_channel.unary_unary(ECHO_METHOD, _registered_method=True)
             # An AppendTurn request's size, so both sides move the same bytes.
             payload = _turn(pb, "tput-size", 0).SerializeToString()
@@ -206,7 +208,6 @@ def ctxd_process(ctx: Context) -> Iterator[Result]:
                     group="process",
                     warmup_seconds=ctx.pick(full=0.25, quick=0.05),
                 )
-            echo_channel.close()
         channel.close()
 
 

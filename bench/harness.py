@@ -360,7 +360,7 @@ def interleaved_throughput(
         calls = sum(r.n for r in runs)
         ex: dict[str, Any] = {
             "callers": callers,
-            "seconds": window * rounds,
+            "seconds": seconds,
             "rounds": rounds,
             "warmup_seconds": warmup_seconds,
             "round_rates": [round(r.p50, 1) for r in runs],
@@ -373,7 +373,7 @@ def interleaved_throughput(
                 name=name,
                 group=group,
                 unit=CALLS_PER_S,
-                p50=calls / (window * rounds),
+                p50=calls / seconds,
                 p99=None,
                 n=calls,
                 extra=ex,

@@ -13,9 +13,9 @@ the child with py-spy (``pip install -e '.[bench]'``) and prints:
 Workloads: ``get`` (Memory.Get of one key), ``set`` (Memory.Set of a new key),
 ``append`` (AppendTurn of a 1 KB user + 1 KB assistant message, with an
 idempotency key, as the throughput benchmark sends it), ``turn`` (that
-AppendTurn, then the incremental GetContext a runtime makes next). Figures from py-spy are
-samples, not wall time: profiling slows the child, so read shares, not
-microseconds. The raw samples are kept (``--raw``) for a flame graph.
+AppendTurn, then the incremental GetContext a runtime makes next). Figures
+from py-spy are samples, not wall time: profiling slows the child, so read
+shares, not microseconds. The raw samples are kept (``--raw``) for a flame graph.
 """
 
 from __future__ import annotations

@@ -161,7 +161,9 @@ class Store(abc.ABC):
         """``put`` without blocking; only on stores declaring ASYNC_WRITES.
 
         On a running event loop: an :class:`asyncio.Future` of that loop,
-        completed on it; elsewhere a :class:`concurrent.futures.Future`."""
+        completed on it; elsewhere a :class:`concurrent.futures.Future`. (The
+        sidecar still accepts a thread future on the loop, as stores written
+        before this rule return.)"""
         raise NotImplementedError(f"{self.name} does not declare ASYNC_WRITES")
 
     def delete_async(

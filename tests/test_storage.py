@@ -639,3 +639,35 @@ def test_lmdb_writer_drops_writes_cancelled_on_the_loop(tmp_path):
         assert store.get("after").value == b"ok"
     finally:
         store.close()
+
+
+async def test_storage_awaits_thread_futures_from_async_write_stores():
+    """A store written to the first ASYNC_WRITES contract returns
+    concurrent.futures.Future even on the loop; the sidecar still awaits it."""
+    import concurrent.futures
+
+    class ThreadFutures(MemoryStore):
+        capabilities = MemoryStore.capabilities | {Capability.ASYNC_WRITES}
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.pool = concurrent.futures.ThreadPoolExecutor(1)
+
+        def put_async(self, key, value, *, if_version=None, if_absent=False):
+            return self.pool.submit(
+                self.put, key, value, if_version=if_version, if_absent=if_absent
+            )
+
+        def delete_async(self, key, *, if_version=None):
+            return self.pool.submit(self.delete, key, if_version=if_version)
+
+    store = ThreadFutures()
+    storage = Storage(store)
+    try:
+        version = await storage.put("memory/k", b"v")
+        assert (await storage.get("memory/k")).version == version
+        await storage.delete("memory/k")
+        assert await storage.get("memory/k") is None
+    finally:
+        await storage.close()
+        store.pool.shutdown()

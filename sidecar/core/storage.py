@@ -105,8 +105,9 @@ class Storage:
             submit = self._async_writes.get(fn)
             if submit is not None:
                 # The store has its own writer thread: await its future
-                # instead of parking a worker thread on it.
-                return await submit(*args, **kwargs)
+                # instead of parking a worker thread on it (a future of this
+                # loop passes through wrap_future unchanged).
+                return await asyncio.wrap_future(submit(*args, **kwargs))
             return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
         except PreconditionFailed:
             raise Conflict(_CHANGED) from None

@@ -129,7 +129,8 @@ class Registrar:
     def add_registered_method_handlers(
         self, service: str, handlers: dict[str, grpc.RpcMethodHandler]
     ) -> None:
-        """Accepted and left to the generic handler the same call registered."""
+        """Ignored: whoever registers a service this way (generated code,
+        health, reflection) also registers it generically, and that is used."""
 
 
 # -- authentication ---------------------------------------------------------------------
