@@ -44,12 +44,24 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+#: The readiness probe retries a refused connect every 10 ms. With gRPC's
+#: default reconnect backoff (1 s, then 1.6x longer, each +-20%) a probe that
+#: connects before the sidecar listens measures the backoff, not the sidecar:
+#: cold start then read 0.8-1.2 s (2.5 s after a second refusal) for a sidecar
+#: that was SERVING in about half a second.
+PROBE_OPTIONS = (
+    ("grpc.initial_reconnect_backoff_ms", 10),
+    ("grpc.min_reconnect_backoff_ms", 10),
+    ("grpc.max_reconnect_backoff_ms", 10),
+)
+
+
 def _wait_serving(address: str, proc: subprocess.Popen, timeout: float = 30.0) -> None:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     deadline = time.monotonic() + timeout
-    with grpc.insecure_channel(address) as channel:
+    with grpc.insecure_channel(address, options=PROBE_OPTIONS) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
             if proc.poll() is not None:

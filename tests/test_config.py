@@ -22,7 +22,7 @@ from sidecar import plugins as plugins_mod
 from sidecar.config import Config, ConfigError, ConfigTable, Table
 from sidecar.core.compaction import Summary
 from sidecar.hookspecs import hookimpl
-from tests.conftest import wait_serving
+from tests.conftest import FAST_RECONNECT, wait_serving
 
 OPENAI = "summariser.openai"
 
@@ -477,7 +477,7 @@ def test_serve_warns_at_start_about_unknown_variables_and_old_names(tmp_path):
         text=True,
     )
     try:
-        channel = grpc.insecure_channel(f"unix:{sock}")
+        channel = grpc.insecure_channel(f"unix:{sock}", options=FAST_RECONNECT)
         wait_serving(channel, 15, proc)
         channel.close()
     finally:

@@ -13,6 +13,7 @@ import pytest
 
 from sidecar.api.ctxd.v1 import context_pb2 as pb
 from sidecar.api.ctxd.v1 import context_pb2_grpc
+from tests.conftest import FAST_RECONNECT
 from tests.test_contexts import append, assistant, full, list_all, rpc_error, texts, user
 
 KILLS = 20
@@ -46,7 +47,7 @@ class Appender(threading.Thread):
         )
 
     def run(self) -> None:
-        channel = grpc.insecure_channel(self.address)
+        channel = grpc.insecure_channel(self.address, options=FAST_RECONNECT)
         stub = context_pb2_grpc.ContextServiceStub(channel)
         i = 0
         request = self.turn(i)

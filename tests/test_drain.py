@@ -19,6 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from sidecar.api.ctxd.v1 import context_pb2 as cpb
 from sidecar.api.ctxd.v1 import context_pb2_grpc
+from tests.conftest import FAST_RECONNECT
 from tests.fake_openai import FakeOpenAI
 
 WRITERS = 16
@@ -43,7 +44,7 @@ class Writer(threading.Thread):
         self.acked: dict[str, str] = {}
 
     def run(self) -> None:
-        channel = grpc.insecure_channel(self.address)
+        channel = grpc.insecure_channel(self.address, options=FAST_RECONNECT)
         stub = context_pb2_grpc.ContextServiceStub(channel)
         seq = 0
         try:
@@ -81,7 +82,7 @@ class Watcher(threading.Thread):
         self.open = threading.Event()
 
     def run(self) -> None:
-        channel = grpc.insecure_channel(self.address)
+        channel = grpc.insecure_channel(self.address, options=FAST_RECONNECT)
         stub = context_pb2_grpc.ContextServiceStub(channel)
         try:
             stream = stub.WatchContext(cpb.WatchContextRequest(context_id=self.context_id))
@@ -204,7 +205,7 @@ def test_a_slow_call_in_flight_finishes_and_new_calls_are_refused(spawn_sidecar,
         result: dict = {}
 
         def compact() -> None:
-            channel = grpc.insecure_channel(sc.address)
+            channel = grpc.insecure_channel(sc.address, options=FAST_RECONNECT)
             try:
                 result["reply"] = context_pb2_grpc.ContextServiceStub(channel).Compact(
                     cpb.CompactRequest(context_id="slow", keep_last=4), timeout=30
@@ -222,7 +223,7 @@ def test_a_slow_call_in_flight_finishes_and_new_calls_are_refused(spawn_sidecar,
         assert model.requests, "the summariser was never called"
         signalled = time.monotonic()
         sc.proc.send_signal(signal.SIGTERM)
-        probe = grpc.insecure_channel(sc.address)
+        probe = grpc.insecure_channel(sc.address, options=FAST_RECONNECT)
         try:
             time.sleep(0.3)
             health = health_pb2_grpc.HealthStub(probe)

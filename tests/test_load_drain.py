@@ -20,6 +20,7 @@ import pytest
 from sidecar.api.ctxd.v1 import context_pb2 as cpb
 from sidecar.api.ctxd.v1 import context_pb2_grpc, memory_pb2_grpc
 from sidecar.api.ctxd.v1 import memory_pb2 as mpb
+from tests.conftest import FAST_RECONNECT
 
 CLIENTS = 50
 CONTEXTS = 200
@@ -61,7 +62,7 @@ class Client(threading.Thread):
         self.ledger = Ledger()
 
     def run(self) -> None:
-        channel = grpc.insecure_channel(self.address)
+        channel = grpc.insecure_channel(self.address, options=FAST_RECONNECT)
         ctx = context_pb2_grpc.ContextServiceStub(channel)
         mem = memory_pb2_grpc.MemoryServiceStub(channel)
         led, rng, seq = self.ledger, self.rng, 0
@@ -143,7 +144,7 @@ def verify(address: str, ledgers: list[Ledger], *, exact: bool) -> tuple[int, in
     """Every acknowledged turn is at its message id and every acknowledged
     memory write is the value read back (or the write in flight after it).
     ``exact``: nothing was in flight, so counts match exactly."""
-    channel = grpc.insecure_channel(address)
+    channel = grpc.insecure_channel(address, options=FAST_RECONNECT)
     ctx = context_pb2_grpc.ContextServiceStub(channel)
     mem = memory_pb2_grpc.MemoryServiceStub(channel)
     try:

@@ -19,7 +19,7 @@ from sidecar import logs
 from sidecar.api.ctxd.v1 import context_pb2 as cpb
 from sidecar.api.ctxd.v1 import context_pb2_grpc, memory_pb2_grpc
 from sidecar.api.ctxd.v1 import memory_pb2 as mpb
-from tests.conftest import free_port, wait_serving
+from tests.conftest import FAST_RECONNECT, free_port, wait_serving
 
 TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 TOKEN = "s3cret-token-for-the-log-test"
@@ -40,7 +40,7 @@ class Process:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
-        self.channel = grpc.insecure_channel(self.address)
+        self.channel = grpc.insecure_channel(self.address, options=FAST_RECONNECT)
         wait_serving(self.channel, 30, self.proc)
 
     def stop(self) -> str:

@@ -16,6 +16,7 @@ import pytest
 
 from sidecar.api.ctxd.v1 import context_pb2 as pb
 from sidecar.api.ctxd.v1 import context_pb2_grpc
+from tests.conftest import FAST_RECONNECT
 from tests.crashloop import kill_while_working
 from tests.test_crash_contexts import RETRYABLE, Appender
 
@@ -34,7 +35,7 @@ class Compactor(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
-        channel = grpc.insecure_channel(self.address)
+        channel = grpc.insecure_channel(self.address, options=FAST_RECONNECT)
         stub = context_pb2_grpc.ContextServiceStub(channel)
         try:
             while not self.stop.is_set():

@@ -15,6 +15,7 @@ import pytest
 
 from sidecar.api.ctxd.v1 import memory_pb2 as pb
 from sidecar.api.ctxd.v1 import memory_pb2_grpc
+from tests.conftest import FAST_RECONNECT
 from tests.crashloop import kill_while_working
 from tests.memory_helpers import list_all
 
@@ -48,7 +49,7 @@ class Writer(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
-        channel = grpc.insecure_channel(self.address)
+        channel = grpc.insecure_channel(self.address, options=FAST_RECONNECT)
         stub = memory_pb2_grpc.MemoryServiceStub(channel)
         try:
             while not self.stop.is_set():
@@ -81,7 +82,7 @@ class Writer(threading.Thread):
 
 
 def check(address: str, writer: Writer, seed: int) -> None:
-    channel = grpc.insecure_channel(address)
+    channel = grpc.insecure_channel(address, options=FAST_RECONNECT)
     stub = memory_pb2_grpc.MemoryServiceStub(channel)
     try:
         present = {}

@@ -14,6 +14,7 @@ import pytest
 
 from sidecar.api.ctxd.v1 import context_pb2 as pb
 from sidecar.api.ctxd.v1 import context_pb2_grpc
+from tests.conftest import FAST_RECONNECT
 from tests.crashloop import kill_while_working
 
 KILLS = 10
@@ -81,7 +82,7 @@ class Planner(threading.Thread):
         return by_id[item].note == note
 
     def run(self) -> None:
-        channel = grpc.insecure_channel(self.address)
+        channel = grpc.insecure_channel(self.address, options=FAST_RECONNECT)
         stub = context_pb2_grpc.ContextServiceStub(channel)
         n = 0
         try:

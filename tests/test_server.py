@@ -19,7 +19,7 @@ from sidecar.api.ctxd.v1 import context_pb2 as cpb
 from sidecar.api.ctxd.v1 import memory_pb2
 from sidecar.server.interceptors import HEALTH_WATCH, WATCH_CONTEXT, Pipeline, Registrar
 from sidecar.server.registration import add_service
-from tests.conftest import free_port, wait_serving
+from tests.conftest import FAST_RECONNECT, free_port, wait_serving
 
 
 def test_serves_health_within_two_seconds_and_stops_on_sigterm(spawn_sidecar, tmp_path):
@@ -69,7 +69,7 @@ def test_unix_socket(tmp_path):
         stderr=subprocess.PIPE,
     )
     try:
-        channel = grpc.insecure_channel(f"unix:{sock}")
+        channel = grpc.insecure_channel(f"unix:{sock}", options=FAST_RECONNECT)
         wait_serving(channel, 15, proc)
         channel.close()
     finally:
