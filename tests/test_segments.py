@@ -78,6 +78,7 @@ def test_an_empty_segment_round_trips() -> None:
         lambda raw: raw.replace(b'"n":10', b'"n":11', 1),  # columns out of step
         lambda raw: raw.replace(b"}\nsu", b"}\nqu", 1),  # an unknown kind
         lambda raw: MAGIC + b"[]\n",  # not a header
+        lambda raw: raw.replace(b'"c2","a",""', b'"c2","a"', 1),  # a tool call cut short
         lambda raw: b"{not json",
     ],
 )
@@ -118,6 +119,38 @@ async def test_a_context_sealed_in_the_second_format_restores() -> None:
     back = await store.restore("c")
     assert [fields(m) for m in back.messages] == [fields(m) for m in msgs]
     assert (back.msg_count, back.msg_tokens) == (st.msg_count, st.msg_tokens)
+
+
+@pytest.mark.parametrize("fmt", ["columns", "json"])
+@pytest.mark.parametrize("live_from", [10, 13, 16])
+async def test_a_restore_builds_the_messages_on_first_read(fmt, live_from) -> None:
+    # A fresh replica's first calls need the counts and call ids, not the
+    # message objects; what it builds later is what an eager restore built.
+    store, st, msgs = await checkpointed(fmt)
+    live = [m for m in msgs if m.seq >= live_from]
+    st.fold_messages(live_from - 1)
+    st.version += 1  # the compaction's change
+    await store.checkpoint(st)
+    assert st.live_from == live_from
+    back = await store.restore("c")
+    assert back.unbuilt if fmt == "columns" else True
+    assert back.memory_bytes == st.memory_bytes == sum(m.memory_bytes for m in live)
+    assert back.call_ids == st.call_ids == {c.id for m in live for c in m.tool_calls}
+    assert [fields(m) for m in back.messages] == [fields(m) for m in live]
+    assert not back.unbuilt
+
+
+async def test_turns_appended_before_the_first_read_follow_the_sealed_ones() -> None:
+    store, st, msgs = await checkpointed()
+    back = await store.restore("c")
+    new = Msg(USER, text="after the restore").assigned(back.next_seq, 1, back.version + 1)
+    back.add_message(new)
+    back.version = new.ver
+    await store.checkpoint(back)  # seals the new message without building the old
+    assert back.unbuilt
+    assert [m.seq for m in back.messages] == [m.seq for m in msgs] + [new.seq]
+    again = await store.restore("c")
+    assert [fields(m) for m in again.messages] == [fields(m) for m in [*msgs, new]]
 
 
 async def test_a_damaged_segment_makes_the_restore_unavailable() -> None:

@@ -226,7 +226,10 @@ class ContextState:
     model: str = ""
     model_window: int = DEFAULT_MODEL_WINDOW
     archived: bool = False
-    messages: list[Msg] = field(default_factory=list)
+    #: The transcript, read through :attr:`messages`; sealed runs a restore
+    #: has not built yet (``unbuilt``) come before it.
+    built: list[Msg] = field(default_factory=list, repr=False)
+    unbuilt: list[Any] = field(default_factory=list, repr=False)
     next_seq: int = 1
     summary: Summary = field(default_factory=Summary)
     skills: list[SkillRef] = field(default_factory=list)
@@ -289,6 +292,18 @@ class ContextState:
 
     # -- derived ---------------------------------------------------------------------
     @property
+    def messages(self) -> list[Msg]:
+        """The live transcript, oldest first (built on first use after a restore)."""
+        if self.unbuilt:
+            runs, self.unbuilt = self.unbuilt, []
+            self.built[:0] = [m for run in runs for m in run.build()]
+        return self.built
+
+    @messages.setter
+    def messages(self, msgs: list[Msg]) -> None:
+        self.built, self.unbuilt = msgs, []
+
+    @property
     def raw_tokens(self) -> int:
         return self.msg_tokens + self.block_tokens
 
@@ -338,7 +353,7 @@ class ContextState:
     def add_message(self, m: Msg) -> None:
         """Append a new message (counted)."""
         if self.loaded:
-            self.messages.append(m)
+            self.built.append(m)  # after any unbuilt runs: those are older
             self.memory_bytes += m.memory_bytes
             for c in m.tool_calls:
                 self.call_ids.add(c.id)
@@ -347,13 +362,24 @@ class ContextState:
         self.unsealed_bytes += m.size_bytes
         self.next_seq = m.seq + 1
 
-    def load_sealed(self, msgs: list[Msg]) -> None:
-        """Add messages read from sealed segments (already in the head's counters)."""
-        self.messages.extend(msgs)
-        self.memory_bytes += sum([m.memory_bytes for m in msgs])
-        for m in msgs:
-            if m.tool_calls:
-                self.call_ids.update([c.id for c in m.tool_calls])
+    def load_sealed(self, run: Any) -> None:
+        """Add a run of sealed messages (a ``segments.SealedRun``, oldest
+        first, before any message added yet; already in the head's counters)."""
+        self.unbuilt.append(run)
+        self.memory_bytes += run.memory_bytes()
+        self.call_ids.update(run.call_ids())
+
+    def unsealed(self) -> list[Msg]:
+        """The messages after ``sealed_through`` (never in an unbuilt run)."""
+        msgs = self.built
+        i = len(msgs)
+        while i > 0 and msgs[i - 1].seq > self.sealed_through:
+            i -= 1
+        return msgs[i:]
+
+    def forget_messages(self) -> None:
+        """Drop the transcript from memory (an ended incarnation)."""
+        self.built, self.unbuilt = [], []
 
     def fold_messages(self, through_seq: int) -> list[Msg]:
         """Drop the live messages up to ``through_seq`` (compaction's fold) and

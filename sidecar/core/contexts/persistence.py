@@ -26,9 +26,11 @@ from sidecar.core.contexts.model import ContextState, Msg, SegmentRef
 from sidecar.core.contexts.ops import SEALED, DamagedRecord, apply_record, needs_messages
 from sidecar.core.contexts.segments import (
     COLUMNS,
+    BuiltRun,
+    SealedRun,
     SegmentDamaged,
-    decode_segment,
     encode_segment,
+    parse_segment,
 )
 from sidecar.core.errors import Conflict, NotFound, Unavailable
 from sidecar.core.jsonvalue import encode_compact
@@ -225,14 +227,14 @@ class ContextStore:
                     tail_task = asyncio.ensure_future(self.read_tail(cid, st.gen, st.version))
                     try:
                         segments = await self._bounded(
-                            (lambda s=s, st=st: self.read_segment(st, s)) for s in st.segments
+                            (lambda s=s, st=st: self.read_run(st, s)) for s in st.segments
                         )
                     except BaseException:
                         tail_task.cancel()
                         raise
                     tail = await tail_task
-                    for msgs in segments:
-                        st.load_sealed([m for m in msgs if m.seq >= st.live_from])
+                    for run in segments:
+                        st.load_sealed(run.since(st.live_from))
                 else:
                     tail = await self.read_tail(cid, st.gen, st.version)
                     if any(needs_messages(r) for r in tail):
@@ -252,18 +254,23 @@ class ContextStore:
         raise Unavailable(f"context {cid} kept changing while it was restored; retry")
 
     async def read_segment(self, st: ContextState, seg: SegmentRef) -> list[Msg]:
+        return (await self.read_run(st, seg)).build()
+
+    async def read_run(self, st: ContextState, seg: SegmentRef) -> SealedRun | BuiltRun:
+        """A sealed segment, checked against the head, its messages not yet built."""
         raw = await self.storage.get_value(seg_key(st.id, st.gen, seg))
         if raw is None:
             # The head only names segments written before it, and segments
             # are never deleted while a head names them: a newer head exists.
             raise HeadMoved()
         try:
-            msgs = decode_segment(raw)
+            run = parse_segment(raw)
         except SegmentDamaged:
             raise Damaged(f"segment {seg.first} of context {st.id} cannot be read") from None
-        if len(msgs) != seg.count or msgs[0].seq != seg.first or msgs[-1].seq != seg.last:
+        seqs = run.seqs
+        if len(seqs) != seg.count or seqs[0] != seg.first or seqs[-1] != seg.last:
             raise Damaged(f"segment {seg.first} of context {st.id} does not match its head")
-        return msgs
+        return run
 
     # -- checkpoint -----------------------------------------------------------------------
     async def checkpoint(self, st: ContextState) -> Cleanup | None:
@@ -282,10 +289,7 @@ class ContextStore:
             return None
         pending: list[Msg] = []
         if st.next_seq - 1 > st.sealed_through:
-            i = len(st.messages)
-            while i > 0 and st.messages[i - 1].seq > st.sealed_through:
-                i -= 1
-            pending = st.messages[i:]
+            pending = st.unsealed()
         keep = [s for s in st.segments if s.last >= st.live_from]
         folded_segments = [s for s in st.segments if s.last < st.live_from]
         now = int(time.time() * 1000)

@@ -30,11 +30,13 @@ from __future__ import annotations
 import json
 import sys
 from array import array
+from bisect import bisect_left
 from itertools import accumulate
 from typing import Any
 
 from sidecar.core.contexts.model import (
     ASSISTANT,
+    MSG_MEMORY_OVERHEAD,
     NOTE,
     SYSTEM,
     TOOL,
@@ -91,11 +93,17 @@ def encode_segment(cid: str, gen: str, msgs: list[Msg], fmt: str = COLUMNS) -> b
 
 def decode_segment(raw: bytes) -> list[Msg]:
     """The messages of a stored segment, in either format."""
+    return parse_segment(raw).build()
+
+
+def parse_segment(raw: bytes) -> SealedRun | BuiltRun:
+    """A stored segment, checked whole, its messages built only on first use
+    (format 2; format 1 is built at once)."""
     try:
         if raw.startswith(MAGIC):
-            return _decode_columns(raw)
+            return _parse_columns(raw)
         doc = json.loads(raw)
-        return [Msg.from_dict(d) for d in doc["msgs"]]
+        return BuiltRun([Msg.from_dict(d) for d in doc["msgs"]])
     except SegmentDamaged:
         raise
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
@@ -111,7 +119,108 @@ def _extra_of(m: Msg) -> dict[str, Any]:
     return {k: d[k] for k in _RARE if k in d}
 
 
-def _decode_columns(raw: bytes) -> list[Msg]:
+class BuiltRun:
+    """Messages already built (a format 1 segment), read like a :class:`SealedRun`."""
+
+    __slots__ = ("msgs",)
+
+    def __init__(self, msgs: list[Msg]) -> None:
+        self.msgs = msgs
+
+    @property
+    def seqs(self) -> list[int]:
+        return [m.seq for m in self.msgs]
+
+    def since(self, seq: int) -> BuiltRun:
+        return BuiltRun([m for m in self.msgs if m.seq >= seq])
+
+    def memory_bytes(self) -> int:
+        return sum([m.memory_bytes for m in self.msgs])
+
+    def call_ids(self) -> list[str]:
+        return [c.id for m in self.msgs for c in m.tool_calls]
+
+    def build(self) -> list[Msg]:
+        return self.msgs
+
+
+class SealedRun:
+    """The messages of a format 2 segment from index ``start`` on, checked
+    but not built. A restore reads every sealed segment, and building each
+    message object was most of its time, while a fresh replica's first calls
+    (an append, the context's info) need only the counts and call ids; the
+    messages are built when something first reads them
+    (:attr:`ContextState.messages`)."""
+
+    __slots__ = ("codes", "seqs", "tss", "vers", "ends", "blob", "extra", "start")
+
+    def __init__(self, codes, seqs, tss, vers, ends, blob, extra, start=0) -> None:  # noqa: ANN001
+        self.codes, self.seqs, self.tss, self.vers = codes, seqs, tss, vers
+        self.ends, self.blob, self.extra, self.start = ends, blob, extra, start
+
+    def since(self, seq: int) -> SealedRun:
+        """The messages with ``seq`` or higher (a fold may cut a segment)."""
+        start = bisect_left(self.seqs, seq, self.start)
+        return SealedRun(*(getattr(self, f) for f in self.__slots__[:-1]), start)
+
+    def memory_bytes(self) -> int:
+        """:attr:`Msg.memory_bytes` summed, from the lengths alone."""
+        i = self.start
+        n = self.ends[-1] - self.ends[2 * i] + MSG_MEMORY_OVERHEAD * (len(self.seqs) - i)
+        for k, x in self.extra.items():
+            if k >= i:
+                for c in x.get("calls", ()):
+                    n += len(c[0]) + len(c[1]) + len(c[2]) + 64
+        return n
+
+    def call_ids(self) -> list[str]:
+        return [c[0] for k, x in self.extra.items() if k >= self.start for c in x.get("calls", ())]
+
+    def build(self) -> list[Msg]:
+        s, blob, ends, extra, kinds = self.start, self.blob, self.ends, self.extra, _KINDS
+        out: list[Msg] = []
+        append = out.append
+        rows = zip(
+            self.codes[s:],
+            ends[2 * s : -1 : 2],
+            ends[2 * s + 1 :: 2],
+            ends[2 * s + 2 :: 2],
+            self.seqs[s:],
+            self.tss[s:],
+            self.vers[s:],
+            strict=True,
+        )
+        for i, (code, a, b, c, seq, ts, ver) in enumerate(rows, s):
+            x = extra.get(i)
+            if x is None:
+                # Positional, no tool calls: the common message, built quickest
+                # (its token estimate from the lengths, not the texts).
+                kind = kinds[code]
+                tokens = estimate_plain(kind, b - a, c - b)
+                append(Msg(kind, blob[a:b], "", (), "", "", blob[b:c], False, False, seq, ts, tokens, ver))  # noqa: E501  # fmt: skip
+                continue
+            calls = x.get("calls")
+            append(
+                Msg(
+                    kinds[code],
+                    blob[a:b],
+                    x.get("principal", ""),
+                    tuple(ToolCall(t[0], t[1], t[2]) for t in calls) if calls else (),
+                    x.get("call_id", ""),
+                    x.get("name", ""),
+                    blob[b:c],
+                    bool(x.get("json", False)),
+                    bool(x.get("error", False)),
+                    seq,
+                    ts,
+                    -1,
+                    ver,
+                )
+            )
+        return out
+
+
+def _parse_columns(raw: bytes) -> SealedRun:
     end = raw.find(b"\n", len(MAGIC))
     if end < 0:
         raise SegmentDamaged("segment header is not terminated")
@@ -126,7 +235,6 @@ def _decode_columns(raw: bytes) -> list[Msg]:
     if _SWAP:
         numbers.byteswap()
     values = numbers.tolist()
-    seqs, tss, vers = values[:n], values[n : 2 * n], values[2 * n : 3 * n]
     blob = str(memoryview(raw)[at + 8 * _COLUMNS * n :], "utf-8")
     # Blob offsets: text i is blob[ends[2i]:ends[2i+1]], its content runs to ends[2i+2].
     lengths = [0] * (2 * n)
@@ -134,36 +242,11 @@ def _decode_columns(raw: bytes) -> list[Msg]:
     ends = [0, *accumulate(lengths)]
     if ends[-1] != len(blob):
         raise SegmentDamaged("segment texts do not match their lengths")
+    if any(code not in _KINDS for code in codes):
+        raise SegmentDamaged("segment names an unknown message kind")
     extra = {int(i): x for i, x in h["x"].items()}
-    kinds = _KINDS
-    out: list[Msg] = []
-    append = out.append
-    rows = zip(codes, ends[0:-1:2], ends[1::2], ends[2::2], seqs, tss, vers, strict=True)
-    for i, (code, a, b, c, seq, ts, ver) in enumerate(rows):
-        x = extra.get(i)
-        if x is None:
-            # Positional, no tool calls: the common message, built quickest
-            # (its token estimate from the lengths, not the texts).
-            kind = kinds[code]
-            tokens = estimate_plain(kind, b - a, c - b)
-            append(Msg(kind, blob[a:b], "", (), "", "", blob[b:c], False, False, seq, ts, tokens, ver))  # noqa: E501  # fmt: skip
-            continue
-        calls = x.get("calls")
-        append(
-            Msg(
-                kinds[code],
-                blob[a:b],
-                x.get("principal", ""),
-                tuple(ToolCall(t[0], t[1], t[2]) for t in calls) if calls else (),
-                x.get("call_id", ""),
-                x.get("name", ""),
-                blob[b:c],
-                bool(x.get("json", False)),
-                bool(x.get("error", False)),
-                seq,
-                ts,
-                -1,
-                ver,
-            )
-        )
-    return out
+    for x in extra.values():
+        calls = x.get("calls", ())
+        if not all(len(c) == 3 and all(isinstance(v, str) for v in c) for c in calls):
+            raise SegmentDamaged("segment holds a malformed tool call")
+    return SealedRun(codes, values[:n], values[n : 2 * n], values[2 * n : 3 * n], ends, blob, extra)

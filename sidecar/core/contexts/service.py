@@ -172,7 +172,7 @@ class ContextService:
         elif st is not None:
             self.checkpoints.sweep(self.store.cleanup_for(st))
         if st is not None and st.deleted:
-            st.messages.clear()
+            st.forget_messages()
         e.state, e.stale = st, False
         e.verified = time.monotonic()
         return st
@@ -258,7 +258,7 @@ class ContextService:
                     None if gone else st,
                 )
                 if gone:
-                    st.messages.clear()
+                    st.forget_messages()
                     break
             if lost_race and not tail:
                 e.stale = True
