@@ -412,6 +412,9 @@ WORDS = [
     "ENOENT", "KeyError", "https://x.test/a?b=1", "(see", "README.md).", "and/or", "10/20",
     "Bad", "Gateway", "502", "Dockerfile", "\n", "x" * 30, "502 Bad Gateway", "HTTP/1.1 500",
     "exit status 2", "invoice no. 381", "order #4471",
+    "The", "The,", "Dog's", "ValueError", "OOMKilled", "iPhone", "Über", "X-Request-Id",
+    "Foo-123", "Makefile.", "Config.yaml", "Foo_bar1", "Tab\tThe", "Jenkinsfile",
+    "CrashLoopBackOff",
 ]  # fmt: skip
 
 

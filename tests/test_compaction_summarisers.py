@@ -8,6 +8,8 @@ import logging
 import socket
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from plugins.extractive_summariser import ExtractiveSummariser, extract
 from plugins.openai_summariser import OpenAIConfig, OpenAISummariser
@@ -438,3 +440,37 @@ def test_fake_server_records_json_bodies(fake):
         body = json.load(resp)
     assert body["object"] == "chat.completion"
     assert json.loads(body["choices"][0]["message"]["content"])["facts"][0] == "covered m1..m1"
+
+
+# -- the extractive summariser's word search --------------------------------------------------
+
+#: Its words, in other cases, inside other words and next to punctuation.
+_SENTENCE_WORDS = [
+    "TODO", "To do", "next Steps", "Pending,", "still need", "NEED TO", "follow-up", "Follow up",
+    "waiting.", "blocked!", "Decided", "we'll", "I'll", "going To", "chose", "Chosen", "USE",
+    "using", "because", "Switched", "instead", "agreed", "plan to", "opted", "prefers",
+    "willing", "house", "context", "the", "fox", "to", "do", "need", "still", "going", "plan",
+    ".", "?", "\n", "Ünïcode", "ſ",
+]  # fmt: skip
+_IGNORING_CASE = {
+    "open": r"\b(todo|to do|next steps?|pending|still need|need to|remaining|follow[- ]up|"
+    r"waiting|blocked)\b",
+    "decision": r"\b(decided|decide|decision|will|we'll|i'll|going to|chose|choose|chosen|use|"
+    r"using|switch|switched|instead|agreed|settled|plan to|opted|prefer)\b",
+}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_SENTENCE_WORDS), max_size=30))
+def test_the_word_search_finds_what_a_case_insensitive_search_finds(words):
+    import re
+
+    from plugins import extractive_summariser as ex
+
+    text = " ".join(words)
+    low = text.lower()
+    for name, pattern in (("open", ex._OPEN_WORDS), ("decision", ex._DECISION_WORDS)):
+        expected = bool(re.search(_IGNORING_CASE[name], text, re.IGNORECASE))
+        assert bool(pattern.search(low)) == expected, name
+        if expected:  # the substring check never skips a text with a match
+            assert ex._may_name_work(low)
