@@ -36,7 +36,10 @@ Rows (p50/p99 in µs):
   to this one;
 * ``ctxd.restore.<store>.h10000``: a fresh sidecar's first GetContext(INFO) of
   that conversation, i.e. the restore from the store (head + sealed
-  segments + log tail), one fresh process per sample.
+  segments + log tail), one fresh process per sample;
+  ``ctxd.get_context.first_slice.<store>.h10000`` the slice read right
+  after it, which also builds the message objects the restore left unbuilt
+  (ratio to the slice row: what the first read after a restore adds).
 
 Checkpoints run in the background as configured by default
 (``contexts.checkpoint_every = 64`` versions or 1 MiB of new messages), so
@@ -298,6 +301,7 @@ def _suite(ctx: Context, label: str, store: str, common: dict) -> Iterator[Resul
 
     # Restore: a fresh process per sample; the first GetContext restores.
     restore_ns: list[int] = []
+    first_ns: list[int] = []
     slice_ns: list[int] = []
     max_page_ns: list[int] = []
     floor_ns: list[int] = []
@@ -320,6 +324,9 @@ def _suite(ctx: Context, label: str, store: str, common: dict) -> Iterator[Resul
                     restore_ns.append(time.perf_counter_ns() - t0)
                     if info.message_count < biggest:
                         raise RuntimeError(f"restored {info.message_count} messages")
+                    t0 = time.perf_counter_ns()  # builds the messages the restore left
+                    read_all(stub, big_conv, pb.CONTEXT_VIEW_SLICE, 0)
+                    first_ns.append(time.perf_counter_ns() - t0)
                     if i == restores - 1:
                         for k in range(slices + 1):
                             for size, out in ((0, slice_ns), (MAX_PAGE_SIZE, max_page_ns)):
@@ -371,6 +378,17 @@ def _suite(ctx: Context, label: str, store: str, common: dict) -> Iterator[Resul
             "messages": info.message_count,
             "view": f"CONTEXT_VIEW_SLICE, every page (page_size={MAX_PAGE_SIZE})",
             "pages": npages[MAX_PAGE_SIZE],
+        },
+    )
+    yield result_from_samples(
+        first_ns,
+        name=f"ctxd.get_context.first_slice.{label}.h{biggest}",
+        group=GROUP,
+        ratio_to=f"ctxd.get_context.slice.{label}.h{biggest}",
+        extra={
+            **common,
+            "messages": info.message_count,
+            "what": "the slice read right after the restore (it builds the messages)",
         },
     )
     yield result_from_samples(

@@ -119,6 +119,8 @@ def test_quick_run_end_to_end(tmp_path):
         "ctxd.turn.lmdb.h1000",
         "ctxd.get_context.incremental.s3.h1000",
         "ctxd.get_context.default_client.lmdb.mib4",
+        "ctxd.get_context.first_slice.lmdb.h1000",
+        "ctxd.restore.lmdb.h1000",
         "ctxd.replicas.get_info.latest_after_write",
         "ctxd.replicas.append_turn.alternating",
         "ctxd.ledger.recall.expected.c3",
