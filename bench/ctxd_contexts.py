@@ -356,51 +356,22 @@ def _suite(ctx: Context, label: str, store: str, common: dict) -> Iterator[Resul
             "bytes": sum(page_sizes),
         },
     )
-    yield result_from_samples(
-        slice_ns,
-        name=f"ctxd.get_context.slice.{label}.h{biggest}",
-        group=GROUP,
-        ratio_to=floor_name,
-        extra={
-            **common,
-            "messages": info.message_count,
-            "view": "CONTEXT_VIEW_SLICE, every page (default page size)",
-            "pages": npages[0],
-        },
-    )
-    yield result_from_samples(
-        max_page_ns,
-        name=f"ctxd.get_context.slice_max_page.{label}.h{biggest}",
-        group=GROUP,
-        ratio_to=f"ctxd.get_context.slice.{label}.h{biggest}",
-        extra={
-            **common,
-            "messages": info.message_count,
-            "view": f"CONTEXT_VIEW_SLICE, every page (page_size={MAX_PAGE_SIZE})",
-            "pages": npages[MAX_PAGE_SIZE],
-        },
-    )
-    yield result_from_samples(
-        first_ns,
-        name=f"ctxd.get_context.first_slice.{label}.h{biggest}",
-        group=GROUP,
-        ratio_to=f"ctxd.get_context.slice.{label}.h{biggest}",
-        extra={
-            **common,
-            "messages": info.message_count,
-            "what": "the slice read right after the restore (it builds the messages)",
-        },
-    )
-    yield result_from_samples(
-        restore_ns,
-        name=f"ctxd.restore.{label}.h{biggest}",
-        group=GROUP,
-        extra={
-            **common,
-            "messages": info.message_count,
-            "what": "fresh sidecar process, first GetContext(INFO)",
-        },
-    )
+
+    def row(samples: list[int], name: str, ratio_to: str | None = None, **extra) -> Result:
+        """A row of the 10,000-message context, named for this store and mark."""
+        return result_from_samples(
+            samples,
+            name=f"{name}.{label}.h{biggest}",
+            group=GROUP,
+            ratio_to=ratio_to and f"{ratio_to}.{label}.h{biggest}",
+            extra={**common, "messages": info.message_count, **extra},
+        )
+
+    view = "CONTEXT_VIEW_SLICE, every page"
+    yield row(slice_ns, "ctxd.get_context.slice", "floor.grpc.pages", view=f"{view} (default page size)", pages=npages[0])  # noqa: E501  # fmt: skip
+    yield row(max_page_ns, "ctxd.get_context.slice_max_page", "ctxd.get_context.slice", view=f"{view} (page_size={MAX_PAGE_SIZE})", pages=npages[MAX_PAGE_SIZE])  # noqa: E501  # fmt: skip
+    yield row(first_ns, "ctxd.get_context.first_slice", "ctxd.get_context.slice", what="the slice read right after the restore (it builds the messages)")  # noqa: E501  # fmt: skip
+    yield row(restore_ns, "ctxd.restore", what="fresh sidecar process, first GetContext(INFO)")
 
 
 def _default_client_read(ctx: Context, b: Bench, port: str, label: str, common: dict) -> Result:
