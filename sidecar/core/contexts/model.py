@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from sidecar.core.compaction.summary import Summary
 from sidecar.core.contexts.tokens import DEFAULT_MODEL_WINDOW, Calibration
@@ -202,6 +202,15 @@ class ContextInfo:
     archived: bool = False
 
 
+class SealedMessages(Protocol):
+    """Sealed messages a restore read but has not built yet
+    (``segments.SealedRun``): what the state needs of them before then."""
+
+    def memory_bytes(self) -> int: ...
+    def call_ids(self) -> list[str]: ...
+    def build(self) -> list[Msg]: ...
+
+
 @dataclass(eq=False)
 class ContextState:
     """The whole record of one context, plus the bookkeeping that maps it
@@ -229,7 +238,7 @@ class ContextState:
     #: The transcript, read through :attr:`messages`; sealed runs a restore
     #: has not built yet (``unbuilt``) come before it.
     built: list[Msg] = field(default_factory=list, repr=False)
-    unbuilt: list[Any] = field(default_factory=list, repr=False)
+    unbuilt: list[SealedMessages] = field(default_factory=list, repr=False)
     next_seq: int = 1
     summary: Summary = field(default_factory=Summary)
     skills: list[SkillRef] = field(default_factory=list)
@@ -362,9 +371,9 @@ class ContextState:
         self.unsealed_bytes += m.size_bytes
         self.next_seq = m.seq + 1
 
-    def load_sealed(self, run: Any) -> None:
-        """Add a run of sealed messages (a ``segments.SealedRun``, oldest
-        first, before any message added yet; already in the head's counters)."""
+    def load_sealed(self, run: SealedMessages) -> None:
+        """Add a run of sealed messages (oldest first, before any message
+        added yet; already in the head's counters)."""
         self.unbuilt.append(run)
         self.memory_bytes += run.memory_bytes()
         self.call_ids.update(run.call_ids())
