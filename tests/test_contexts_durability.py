@@ -132,6 +132,24 @@ def test_many_turns_checkpoint_and_replay(start_sidecar, store_uri_for, backend)
     assert stored(r, log_key("long", head["gen"], 301)) is None
 
 
+def test_turns_arriving_during_a_checkpoint_do_not_start_another(start_sidecar, store_uri_for):
+    """A checkpoint is due every ``checkpoint_every`` versions. Turns committed
+    while one is being written are below the threshold once it lands, so no
+    second, nearly empty checkpoint (one more segment, one more head write)
+    follows it."""
+    every, turns = 16, 160
+    r = start_sidecar(store_uri_for("lmdb"), contexts__checkpoint_every=every)
+    c = r.contexts
+    for i in range(turns):
+        append(c, "steady", user(f"turn {i}"))
+    assert run(r, service_of(r).janitor.drain(30))
+    head = stored(r, head_key("steady"))
+    sizes = [s[2] for s in head["segments"]]
+    assert sum(sizes) == head["sealed_through"]
+    assert all(n >= every for n in sizes), sizes
+    assert len(sizes) >= turns // every - 1, sizes
+
+
 def test_a_stale_head_is_caught_up_from_the_log(start_sidecar, store_uri_for):
     """Two sidecars on one bucket: the second appends behind the first's
     cached copy; the first notices at its next write and catches up."""

@@ -11,11 +11,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING
 
 from sidecar.core.contexts.janitor import Janitor, Job
 from sidecar.core.contexts.persistence import Cleanup, ContextStore
 from sidecar.core.contexts.registry import Entry
 from sidecar.core.errors import Conflict, CtxdError
+
+if TYPE_CHECKING:
+    from sidecar.core.contexts.model import ContextState
 
 log = logging.getLogger(__name__)
 
@@ -41,14 +45,24 @@ class Checkpointer:
         self.flushing: dict[str, asyncio.Task] = {}
 
     def due(self, e: Entry) -> None:
-        """Schedule a checkpoint when the context passed either threshold."""
-        st = e.state
-        if st is not None and (
-            st.version - st.head_version >= self.every or st.unsealed_bytes >= self.every_bytes
-        ):
+        """Schedule a checkpoint when the context passed either threshold.
+
+        While one is being written its head is not counted yet, so the turns
+        that arrive meanwhile would pass the threshold again at once and
+        queue a second, nearly empty checkpoint; instead the running one
+        checks the thresholds again when it lands."""
+        if self._over(e.state):
+            if e.ckpt_task is not None and not e.ckpt_task.done():
+                return
             self.schedule(e)
 
+    def _over(self, st: ContextState | None) -> bool:
+        return st is not None and (
+            st.version - st.head_version >= self.every or st.unsealed_bytes >= self.every_bytes
+        )
+
     def schedule(self, e: Entry) -> None:
+        """Checkpoint ``e`` now, or again after the one being written."""
         if e.ckpt_task is not None and not e.ckpt_task.done():
             e.ckpt_again = True
             return
@@ -57,8 +71,9 @@ class Checkpointer:
     async def _run(self, e: Entry) -> None:
         while True:
             e.ckpt_again = False
-            await self.checkpoint(e)
-            if not e.ckpt_again:
+            written = await self.checkpoint(e)
+            # A failed checkpoint is retried by the next turn's due(), not here.
+            if not (e.ckpt_again or (written and self._over(e.state))):
                 return
 
     async def checkpoint(self, e: Entry) -> bool:
