@@ -73,6 +73,11 @@ def serve(address: str) -> None:
 class PrometheusObserver:
     """The domain's observers (:mod:`sidecar.core.observe`) as Prometheus metrics."""
 
+    def __init__(self) -> None:
+        #: Store latency series by (backend, op): every RPC that touches the
+        #: store records one, and ``labels()`` costs more than ``observe()``.
+        self._store_latency: dict[tuple[str, str], Histogram] = {}
+
     def compaction(self, trigger: str, result: str) -> None:
         COMPACTIONS.labels(trigger, result).inc()
 
@@ -90,4 +95,7 @@ class PrometheusObserver:
         """As ``ctxd_store_operation_seconds`` and ``ctxd_store_errors_total``."""
         if error_kind is not None:
             STORE_ERRORS.labels(backend, op, error_kind).inc()
-        STORE_LATENCY.labels(backend, op).observe(seconds)
+        series = self._store_latency.get((backend, op))
+        if series is None:
+            series = self._store_latency[backend, op] = STORE_LATENCY.labels(backend, op)
+        series.observe(seconds)

@@ -383,9 +383,12 @@ async def test_the_prometheus_observer_keeps_the_store_metric_names(storage_for)
     storage = storage_for(failing, observer=metrics.PrometheusObserver())
     with pytest.raises(Unavailable):
         await storage.put("k", b"v")
-    labels = {"backend": "failing-prom", "op": "put"}
-    assert sample("ctxd_store_operation_seconds_count", **labels) == 1
-    assert sample("ctxd_store_errors_total", **labels, kind="unavailable") == 1
+    with pytest.raises(Unavailable):
+        await storage.get("k")
+    for op in ("put", "get"):  # each operation keeps its own series
+        labels = {"backend": "failing-prom", "op": op}
+        assert sample("ctxd_store_operation_seconds_count", **labels) == 1
+        assert sample("ctxd_store_errors_total", **labels, kind="unavailable") == 1
 
 
 # -- declaring capabilities ----------------------------------------------------------------
