@@ -36,11 +36,31 @@ DURABLE_BACKENDS = ["lmdb", "s3", "s3-nolist"]
 
 
 # -- S3 ---------------------------------------------------------------------------
+def _conditional_writes_atomic() -> None:
+    """moto (5.x) checks If-Match / If-None-Match and then writes, with no lock
+    between: two racing conditional PUTs on one key can both win, which S3
+    never allows, and a replica test then "loses" an update that ctxd's
+    compare-and-set did not lose. Object writes and deletes are serialised so
+    the test server is as strict as the real one."""
+    from moto.s3.responses import S3Response
+
+    lock = threading.Lock()
+    for name in ("put_object", "delete_object"):
+        original = getattr(S3Response, name)
+
+        def serialised(self, _original=original):
+            with lock:
+                return _original(self)
+
+        setattr(S3Response, name, serialised)
+
+
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
     """moto in server mode: real HTTP on loopback, shared by the session."""
     from moto.server import ThreadedMotoServer
 
+    _conditional_writes_atomic()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
     server.start()
     host, port = server.get_host_and_port()
