@@ -3,6 +3,7 @@ idempotency after a restart, the registry's caps, idle expiry."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import time
@@ -220,6 +221,36 @@ def test_delete_leaves_no_keys_behind(start_sidecar, store_uri_for, backend):
     assert keys and not [k for k in keys if "doomed" in k]
     assert [k for k in keys if "/kept" in k]
     assert texts(full(c, "kept"))[-1] == "turn 19"
+
+
+def test_a_stop_leaves_no_fence_timer_behind_and_a_restart_removes_the_fence(
+    start_sidecar, store_uri_for
+):
+    """A purge the janitor finishes while the sidecar stops schedules no fence
+    removal on a loop that is closing; the next start removes the fence."""
+    uri = store_uri_for("s3")
+    r = start_sidecar(uri, contexts__fence_hold=60)
+    c, handle = r.contexts, r.extra["handle"]
+    for i in range(5):
+        append(c, "gone", user(f"turn {i}"))
+    assert c.DeleteContext(pb.DeleteContextRequest(context_id="gone")).deleted
+    handle.call(handle.sidecar.stop(grace=1))
+
+    async def pending() -> list[str]:
+        return [t.get_coro().__qualname__ for t in asyncio.all_tasks() if not t.done()]
+
+    assert not [name for name in handle.call(pending()) if "_later" in name]
+    handle.close()
+
+    again = start_sidecar(uri, contexts__fence_hold=0.2)
+    svc = service_of(again)
+    deadline = time.monotonic() + 30
+    left = ["?"]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        run(again, svc.janitor.drain(30))
+        left = [k for k in run(again, svc.storage.list("")) if "gone" in k]
+    assert not left
 
 
 # -- registry --------------------------------------------------------------------------------------

@@ -64,6 +64,7 @@ class Deletion:
     def __init__(self, contexts: ContextService) -> None:
         self.contexts = contexts
         self._timers: set[asyncio.Task] = set()
+        self._stopped = False
 
     async def start(self) -> None:
         # Before serving: a deletion a crash cut short must not show the
@@ -71,7 +72,10 @@ class Deletion:
         await self.resume()
 
     def stop(self) -> None:
-        """Fence removals still waiting are redone at the next start."""
+        """Fence removals still waiting are redone at the next start (their
+        trash records stay), including those of purges the janitor finishes
+        while the service stops."""
+        self._stopped = True
         for t in self._timers:
             t.cancel()
 
@@ -192,6 +196,8 @@ class Deletion:
             if fence_key is None:
                 await finish()
                 return
+            if self._stopped:
+                return  # the next start's resume() removes the fence
             due = int(plan.get("fenced_at", 0)) / 1000 + svc.fence_hold
             wait = max(0.0, due - svc.now() / 1000)
             timer = asyncio.create_task(
