@@ -39,10 +39,13 @@ PEERS: dict[str, str] = {
     "langgraph_sqlite": "peer.langgraph_sqlite.h{mark}",
     "agents_sqlite": "peer.agents_sqlite.h{mark}",
 }
-# A runtime's whole turn on ctxd: AppendTurn + the incremental slice read.
+# A runtime's whole turn on ctxd: AppendTurn + the incremental slice read, as
+# two calls and as one (AppendTurn carrying the read).
 CTXD_TURN: dict[str, str] = {
     "lmdb": "ctxd.turn.lmdb.h{mark}",
     "s3": "ctxd.turn.s3.h{mark}",
+    "lmdb_one_call": "ctxd.turn_one_call.lmdb.h{mark}",
+    "s3_one_call": "ctxd.turn_one_call.s3.h{mark}",
 }
 # The same turn on a peer: write the turn, read the history back.
 TURN_PEERS: dict[str, str] = {
@@ -224,6 +227,24 @@ TARGETS: tuple[Target, ...] = (
         "turn + incremental read at 10,000 msgs >= 3x faster than Agents add+get_items",
         "speedup",
         "cmp.turn.lmdb_vs_agents_sqlite.h10000",
+        ">=",
+        3.0,
+        "x",
+    ),
+    Target(
+        "target.turn_one_call.vs_agents.h1000",
+        "turn as one call (AppendTurn + read) at 1,000 msgs >= 3x faster than Agents add+get_items",
+        "speedup",
+        "cmp.turn.lmdb_one_call_vs_agents_sqlite.h1000",
+        ">=",
+        3.0,
+        "x",
+    ),
+    Target(
+        "target.turn_one_call.vs_agents.h10000",
+        "turn as one call (AppendTurn + read) at 10,000 msgs >= 3x faster than Agents add+get_items",
+        "speedup",
+        "cmp.turn.lmdb_one_call_vs_agents_sqlite.h10000",
         ">=",
         3.0,
         "x",

@@ -23,6 +23,9 @@ Rows (p50/p99 in µs):
 * ``ctxd.turn.<store>.h<mark>``: a runtime's whole turn, the AppendTurn plus
   that incremental read (``bench.compare`` puts it next to the Agents SDK's
   ``add_items`` + ``get_items``);
+* ``ctxd.turn_one_call.<store>.h<mark>``: the same turn as one call, the
+  AppendTurn carrying that read (``AppendTurnRequest.read``), measured on
+  the same conversations right after each two-call turn;
 * ``ctxd.get_context.default_client.<store>.mib<N>`` (ms): every page of the
   slice of a context of N tool results of 1 MiB each, read by a client with
   default channel options (4 MiB receive limit);
@@ -80,11 +83,13 @@ KINDS: dict[str, str] = {
     "append": "AppendTurn",
     "incremental": "GetContext(SLICE, since_version=version before the turn)",
     "turn": "AppendTurn + GetContext(SLICE, since_version=version before the turn)",
+    "turn_one_call": "AppendTurn with read = GetContext(SLICE, since_version=version before)",
 }
 ROW_NAMES: dict[str, str] = {
     "append": "ctxd.append_turn.{store}.h{mark}",
     "incremental": "ctxd.get_context.incremental.{store}.h{mark}",
     "turn": "ctxd.turn.{store}.h{mark}",
+    "turn_one_call": "ctxd.turn_one_call.{store}.h{mark}",
 }
 CALL_TIMEOUT_S = 30.0
 BUCKET = "bench-contexts"
@@ -133,6 +138,12 @@ class Bench:
         )
         return self.stub.GetContext(req, timeout=CALL_TIMEOUT_S)
 
+    def turn_reading(self, cid: str, messages, version: int):
+        """AppendTurn with the incremental read in the same call."""
+        read = self.pb.GetContextRequest(view=self.pb.CONTEXT_VIEW_SLICE, since_version=version)
+        req = self.pb.AppendTurnRequest(context_id=cid, messages=messages, read=read)
+        return self.stub.AppendTurn(req, timeout=CALL_TIMEOUT_S)
+
     def build_tool_results(self, cid: str, results: int) -> None:
         """A user message, then ``results`` rounds of a tool call and its 1 MiB result."""
         pb = self.pb
@@ -151,11 +162,13 @@ class Bench:
     def measure_marks(self, marks: tuple[int, ...], n: int) -> dict[int, dict[str, Result]]:
         """``n`` turns at each mark, the marks interleaved (one turn each in
         rotation) so that drift in the machine's load hits all alike; each
-        turn is followed by the incremental read a runtime makes next."""
+        turn is followed by the incremental read a runtime makes next, then
+        by the same turn as one call (AppendTurn carrying that read)."""
         plan: dict[int, tuple[list[str], int]] = {}
         held: dict[str, int] = {}
         for mark in marks:
-            per_conv = max(1, math.floor(GROWTH_BUDGET * mark / 2))
+            # Each round appends two turns (two-call, then one-call) of two messages.
+            per_conv = max(1, math.floor(GROWTH_BUDGET * mark / 4))
             convs = [f"{self.label}-h{mark}-{i}" for i in range(math.ceil(n / per_conv))]
             for cid in convs:
                 held[cid] = self.build(cid, mark)
@@ -175,10 +188,16 @@ class Bench:
                 t2 = clock()
                 if delta.change != append or len(delta.slice) != len(pair):
                     raise RuntimeError(f"{cid}: incremental read gave {delta.change}")
-                held[cid] = delta.info.version
+                t3 = clock()
+                one = self.turn_reading(cid, pair, delta.info.version)
+                t4 = clock()
+                if one.read.change != append or len(one.read.slice) != len(pair):
+                    raise RuntimeError(f"{cid}: a turn's read gave {one.read.change}")
+                held[cid] = one.read.info.version
                 samples["append"][mark].append(t1 - t0)
                 samples["incremental"][mark].append(t2 - t1)
                 samples["turn"][mark].append(t2 - t0)
+                samples["turn_one_call"][mark].append(t4 - t3)
         out: dict[int, dict[str, Result]] = {}
         for mark in marks:
             extra = {

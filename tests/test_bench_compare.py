@@ -61,6 +61,7 @@ def test_ratios_growth_and_targets(tmp_path):
 def test_turn_reads_index_and_ledger_figures():
     rep = Report()
     _series(rep, compare.CTXD_TURN["lmdb"], {10: 3_000.0, 1_000: 3_100.0, 10_000: 3_300.0})
+    _series(rep, compare.CTXD_TURN["lmdb_one_call"], {10: 2_000.0, 1_000: 6_000.0})
     _series(rep, compare.TURN_PEERS["agents_sqlite"], {10: 4_000.0, 1_000: 15_000.0})
     rep.add(Result("peer.agents_sqlite.turn.h10000", "g", "us", 150_000.0, 150_000.0, 20))
     _series(rep, compare.GROWTH_ONLY["incremental.lmdb"], {10: 1_000.0, 10_000: 1_200.0})
@@ -89,6 +90,11 @@ def test_turn_reads_index_and_ledger_figures():
     assert checks["target.turn.vs_agents.h1000"].met is True
     assert checks["target.turn.vs_agents.h10000"].met is True
     assert checks["target.turn.growth.lmdb"].met is True
+    assert checks["target.turn_one_call.vs_agents.h1000"].value == pytest.approx(15_000 / 6_000)
+    assert checks["target.turn_one_call.vs_agents.h1000"].met is False
+    assert checks["target.turn_one_call.vs_agents.h10000"].met is None  # no 10,000 row
+    one_call_growth = rep.get_derived("growth.turn.lmdb_one_call")
+    assert one_call_growth.p50 is None and "turn_one_call.lmdb.h10000" in one_call_growth.note
     assert checks["target.turn.growth.s3"].met is None
     assert checks["target.incremental_read.growth.lmdb"].met is False
     slice_read = checks["target.slice_read.lmdb.h10000"]

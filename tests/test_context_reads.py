@@ -123,6 +123,81 @@ def test_an_incremental_read_returns_just_the_turn(start_sidecar, store_uri_for,
     assert future.change == pb.SLICE_CHANGE_REPLACE
 
 
+def slice_read(since: int | None = None, **kw) -> pb.GetContextRequest:
+    if since is not None:
+        kw["since_version"] = since
+    return pb.GetContextRequest(view=pb.CONTEXT_VIEW_SLICE, **kw)
+
+
+def test_a_turn_reads_what_goes_to_the_model_next_in_the_same_call(
+    start_sidecar, store_uri_for, backend
+):
+    sc = start_sidecar(store_uri_for(backend))
+    for i in range(10):
+        append(sc, "one", user(f"u{i}"), assistant(f"a{i}"))
+    v = get(sc, "one").info.version
+    r = append(sc, "one", user("next"), assistant("reply"), read=slice_read(v))
+    assert r.HasField("read") and r.read.change == pb.SLICE_CHANGE_APPEND
+    assert [m.id for m in r.read.slice] == list(r.message_ids)
+    assert [m.user.text or m.assistant.text for m in r.read.slice] == ["next", "reply"]
+    assert r.read.info.version == r.version
+    # The same bytes a GetContext at that version answers.
+    assert r.read == get(sc, "one", since_version=v)
+    # Without a read, the reply has none.
+    plain = append(sc, "one", user("plain"))
+    assert not plain.HasField("read")
+    # A retried turn (same idempotency key) is answered with the read too.
+    first = append(sc, "one", user("once"), idempotency_key="k1", read=slice_read(plain.version))
+    again = append(sc, "one", user("once"), idempotency_key="k1", read=slice_read(plain.version))
+    assert again.replayed and again.version == first.version
+    assert [m.id for m in again.read.slice] == list(first.message_ids)
+    # A reshaped slice (here a compaction) comes whole: REPLACE, first page.
+    sc.contexts.Compact(pb.CompactRequest(context_id="one", keep_last=4))
+    held = first.version
+    r = append(sc, "one", user("after"), read=slice_read(held, page_size=3))
+    assert r.read.change == pb.SLICE_CHANGE_REPLACE
+    assert r.read.slice[0].id == "summary" and r.read.next_page_token
+    rest = get(sc, "one", page_token=r.read.next_page_token)
+    assert [m.id for m in rest.slice][-1] == r.message_ids[-1]
+    # Other views and formats, as GetContext gives them.
+    info = append(sc, "one", user("i"), read=pb.GetContextRequest(view=pb.CONTEXT_VIEW_INFO))
+    assert info.read.info.version == info.version and not info.read.slice
+    as_openai = append(
+        sc,
+        "one",
+        user("o"),
+        read=slice_read(info.version, format=pb.MESSAGE_FORMAT_OPENAI, context_id="one"),
+    )
+    assert json.loads(as_openai.read.messages_json) == [{"role": "user", "content": "o"}]
+
+
+@pytest.mark.parametrize(
+    ("read", "field"),
+    [
+        (pb.GetContextRequest(view=9), "read.view"),
+        (pb.GetContextRequest(consistency=7), "read.consistency"),
+        (slice_read(-1), "read.since_version"),
+        (slice_read(page_size=-1), "read.page_size"),
+        (slice_read(format=9), "read.format"),
+        (pb.GetContextRequest(format=pb.MESSAGE_FORMAT_OPENAI), "read.format"),
+        (slice_read(context_id="other"), "read.context_id"),
+        (slice_read(page_token="p1.abc"), "read.page_token"),
+    ],
+)
+def test_a_turn_with_a_bad_read_is_refused_before_anything_is_appended(
+    start_sidecar, store_uri_for, read, field
+):
+    sc = start_sidecar(store_uri_for("lmdb"))
+    before = append(sc, "bad", user("kept"))
+    with pytest.raises(grpc.RpcError) as err:
+        append(sc, "bad", user("refused"), read=read)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert field in err.value.details()
+    after = get(sc, "bad")
+    assert after.info.version == before.version
+    assert [m.user.text for m in after.slice] == ["kept"]
+
+
 @pytest.mark.parametrize("every", [3, 1000], ids=["sealed-first", "folded-before-sealing"])
 def test_compactions_are_recorded_and_expand_to_what_they_folded(
     start_sidecar, store_uri_for, backend, every

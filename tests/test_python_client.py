@@ -134,6 +134,35 @@ def test_turns_slices_and_reads_follow_pages(client):
     assert ctxd_client.to_dict(whole[-1]) == {**ctxd_client.to_dict(whole[-1]), "id": "m24"}
 
 
+def _served(method: str) -> float:
+    """Calls of ``method`` the in-process sidecars answered OK (their metrics)."""
+    from sidecar import metrics
+
+    return metrics.RPC_REQUESTS.labels("ctxd.v1.ContextService", method, "OK")._value.get()
+
+
+def test_a_whole_turn_is_one_call(client):
+    client.append_turn("one", _turn(0))
+    held = client.slice("one")
+    reads = _served("GetContext")
+    t = client.turn("one", _turn(1), since_version=held.version, idempotency_key="t1")
+    assert _served("GetContext") == reads  # the read rode on the AppendTurn
+    assert isinstance(t, ctxd_client.Turn) and t.next.change == "append"
+    assert [m.id for m in t.next.messages] == list(t.appended.message_ids)
+    assert t.next.version == t.appended.version
+    held.extend(t.next.messages)
+    assert list(held) == list(client.slice("one"))
+    # Reshaped (compacted): the whole slice, every page, replaces what was held.
+    client.compact("one", keep_last=2)
+    t = client.turn("one", _turn(2), since_version=t.appended.version, page_size=2)
+    assert t.next.change == "replace" and t.next.messages[0].id == "summary"
+    assert list(t.next.messages) == list(client.slice("one"))
+    as_openai = client.turn(
+        "one", [{"role": "user", "content": "hi"}], since_version=t.next.version, format="openai"
+    )
+    assert as_openai.next.messages == [{"role": "user", "content": "hi"}]
+
+
 def test_contexts_are_listed_by_page_and_deleted(client):
     for cid in ("a", "b", "c"):
         client.append_turn(cid, [{"user": {"text": cid}}])
@@ -361,3 +390,5 @@ async def test_async_client_verbs_and_watch(start_sidecar):
         with pytest.raises(ctxd_client.NotFound):
             await c.memory_get("aio/none")
         assert (await c.info("aio")).version == 2
+        t = await c.turn("aio", [{"user": {"text": "three"}}], since_version=2)
+        assert t.next.change == "append" and [m.user.text for m in t.next.messages] == ["three"]

@@ -103,7 +103,7 @@ class Sidecar:
             registrar,
             self.contexts,
             context_pb2.DESCRIPTOR.services_by_name["ContextService"],
-            raw_replies=("GetContext",),
+            raw_replies=("GetContext", "AppendTurn"),
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, registrar)
         reflection_pb2_grpc.add_ServerReflectionServicer_to_server(

@@ -8,6 +8,8 @@ statuses in :mod:`sidecar.server.interceptors`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sidecar.api.ctxd.v1 import context_pb2 as pb
 from sidecar.api.ctxd.v1 import context_pb2_grpc
 from sidecar.core.contexts import views
@@ -62,6 +64,63 @@ _CHANGE = {
 }
 
 
+#: Field number of AppendTurnResponse.read.
+_TURN_READ = 8
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """A GetContextRequest checked whole, before anything is read or appended."""
+
+    request: pb.GetContextRequest
+    view: str
+    #: ``latest`` for ContextService.get (None: the configured default).
+    latest: bool | None
+    since: int | None
+    #: "" or a provider format of the slice.
+    fmt: str
+
+
+def _read_of(request: pb.GetContextRequest, field: str = "") -> _Read:
+    """``request``'s settings, refused with the field named (``field`` prefixes
+    it: ``read.`` inside an AppendTurnRequest)."""
+    view = _VIEWS.get(request.view)
+    if view is None:
+        raise InvalidArgument(f"{field}view", f"unknown view {request.view}")
+    if request.consistency not in _CONSISTENCY:
+        raise InvalidArgument(f"{field}consistency", f"unknown consistency {request.consistency}")
+    # A later page continues the read that began with the first page, which
+    # already checked the store; the token pins the view.
+    latest = False if request.page_token else _CONSISTENCY[request.consistency]
+    since = request.since_version if request.HasField("since_version") else None
+    if since is not None and since < 0:
+        raise InvalidArgument(f"{field}since_version", "must not be negative")
+    if request.page_size < 0:
+        raise InvalidArgument(f"{field}page_size", "must not be negative")
+    fmt = FORMAT_FROM_PB.get(request.format)
+    if fmt is None:
+        raise InvalidArgument(f"{field}format", f"unknown message format {request.format}")
+    if fmt and view != views.SLICE:
+        raise InvalidArgument(f"{field}format", "goes with CONTEXT_VIEW_SLICE")
+    return _Read(request, view, latest, since, fmt)
+
+
+def _turn_read(request: pb.AppendTurnRequest) -> _Read:
+    """AppendTurnRequest.read, checked before the turn is appended."""
+    read = request.read
+    if read.context_id and read.context_id != request.context_id:
+        raise InvalidArgument("read.context_id", "must be empty or the turn's context_id")
+    if read.page_token:
+        raise InvalidArgument(
+            "read.page_token", "a turn's read starts at the first page; continue with GetContext"
+        )
+    return _read_of(read, "read.")
+
+
+def _serialized(reply: pb.GetContextResponse | bytes) -> bytes:
+    return reply if isinstance(reply, bytes) else reply.SerializeToString()
+
+
 class ContextServicer(context_pb2_grpc.ContextServiceServicer):
     def __init__(
         self,
@@ -83,7 +142,10 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
         self.skillset = skillset
 
     # -- turns and reads -----------------------------------------------------------------------
-    async def AppendTurn(self, request: pb.AppendTurnRequest, context) -> pb.AppendTurnResponse:
+    async def AppendTurn(
+        self, request: pb.AppendTurnRequest, context
+    ) -> pb.AppendTurnResponse | bytes:
+        read = _turn_read(request) if request.HasField("read") else None
         messages, origins = turn_messages(request)
         try:
             r = await self.turns.append(
@@ -102,7 +164,7 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
             if origins is None:
                 raise
             raise relabel(exc, origins) from None
-        return pb.AppendTurnResponse(
+        reply = pb.AppendTurnResponse(
             version=r.version,
             est_tokens=r.est_tokens,
             compaction_due=r.compaction_due,
@@ -111,30 +173,30 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
             unknown_skills=r.unknown_skills,
             loaded_skills=[pb.SkillRef(name=s.name, hash=s.hash) for s in r.loaded_skills],
         )
+        if read is None:
+            return reply
+        # The turn is applied: the cached copy is at its version or later.
+        st = await self.contexts.get(request.context_id, latest=False)
+        answer = self._answer(read.request, read, st)
+        return wire.embed(reply.SerializeToString(), _TURN_READ, _serialized(answer))
 
     async def GetContext(self, request: pb.GetContextRequest, context) -> pb.GetContextResponse:
-        view = _VIEWS.get(request.view)
-        if view is None:
-            raise InvalidArgument("view", f"unknown view {request.view}")
-        latest = _CONSISTENCY.get(request.consistency, False)
-        if request.page_token:
-            # A later page continues the read that began with the first page,
-            # which already checked the store; the token pins the view.
-            latest = False
-        if request.consistency not in _CONSISTENCY:
-            raise InvalidArgument("consistency", f"unknown consistency {request.consistency}")
-        since = request.since_version if request.HasField("since_version") else None
-        fmt = FORMAT_FROM_PB.get(request.format)
-        if fmt is None:
-            raise InvalidArgument("format", f"unknown message format {request.format}")
-        if fmt and view != views.SLICE:
-            raise InvalidArgument("format", "goes with CONTEXT_VIEW_SLICE")
-        st = await self.contexts.get(request.context_id, latest=latest)
-        # Converted without awaiting, so the record cannot change underneath.
+        read = _read_of(request)
+        st = await self.contexts.get(request.context_id, latest=read.latest)
+        return self._answer(request, read, st)
+
+    def _answer(
+        self, request: pb.GetContextRequest, read: _Read, st
+    ) -> pb.GetContextResponse | bytes:
+        """The reply to ``request`` from ``st``, converted without awaiting so
+        the record cannot change underneath."""
+        view = read.view
         resp = pb.GetContextResponse(info=info_to_pb(st.info()))
         if view == "info":
             return resp
-        page = views.read(st, view, size=request.page_size, token=request.page_token, since=since)
+        page = views.read(
+            st, view, size=request.page_size, token=request.page_token, since=read.since
+        )
         resp.next_page_token = page.next_token
         resp.change = _CHANGE[page.change]
         # Assembled from each message's encoded bytes (see sidecar.server.wire).
@@ -142,9 +204,9 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
             meta = context_meta_pb(st)
             meta.compactions.extend(record_pb(r) for r in self.contexts.compactions(st))
             return wire.full_reply(resp, meta, page.messages)
-        if fmt:
+        if read.fmt:
             resp.messages_json, resp.system_json = slice_json(
-                fmt, st, page, request.cache_breakpoint
+                read.fmt, st, page, request.cache_breakpoint
             )
             return resp
         blocks = slice_blocks_pb(st) if page.first else []

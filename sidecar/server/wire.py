@@ -74,6 +74,12 @@ def slice_reply(
     return _after(prefix, _RESPONSE_SLICE, messages)
 
 
+def embed(head: bytes, number: int, body: bytes) -> bytes:
+    """Encoded ``head`` with the encoded message ``body`` as its field ``number``
+    (a field appended to an encoding merges into the message it ends)."""
+    return head + _field(number, body)
+
+
 def full_reply(head: pb.GetContextResponse, context: pb.Context, messages: list[Msg]) -> bytes:
     """``head`` plus ``context`` (the record without messages) holding ``messages``."""
     body = _after(context.SerializeToString(), _CONTEXT_MESSAGES, messages)

@@ -128,6 +128,49 @@ class _Verbs:
             timeout,
         )
 
+    def turn(
+        self,
+        context_id: str,
+        messages: Iterable[Mapping | pb.Message] | str,
+        *,
+        since_version: int,
+        format: str = "ctxd",
+        cache_breakpoint: bool = False,
+        page_size: int = 0,
+        idempotency_key: str | None = None,
+        expected_version: int | None = None,
+        principal: str = "",
+        model: str = "",
+        model_window: int = 0,
+        task: str = "",
+        system: str | list | None = None,
+        timeout: float | None = None,
+    ) -> ops.Turn:
+        """A runtime's whole turn in one round trip: appends the turn (as
+        :meth:`append_turn`) and reads what changed in the slice since the
+        ``since_version`` the caller holds (as :meth:`slice`). ``.appended``
+        is the AppendTurnResponse, ``.next`` the SliceDelta: with "append",
+        extend what you hold with ``.next.messages`` (your turn as stored,
+        ids included); with "replace", hold ``.next.messages`` instead."""
+        return self._run(
+            ops.turn(
+                context_id,
+                messages,
+                since_version=since_version,
+                format=format,
+                cache_breakpoint=cache_breakpoint,
+                page_size=page_size,
+                idempotency_key=idempotency_key,
+                expected_version=expected_version,
+                principal=principal,
+                model=model,
+                model_window=model_window,
+                task=task,
+                system=system,
+            ),
+            timeout,
+        )
+
     def slice(
         self,
         context_id: str,

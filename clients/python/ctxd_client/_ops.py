@@ -110,19 +110,19 @@ def _format_value(fmt: str) -> int:
     return enum.Value(f"MESSAGE_FORMAT_{fmt.upper()}")
 
 
-def append_turn(
+def _turn_request(
     context_id: str,
     messages: Iterable[Mapping | PbMessage] | str,
     *,
-    idempotency_key: str | None = None,
-    expected_version: int | None = None,
-    principal: str = "",
-    model: str = "",
-    model_window: int = 0,
-    task: str = "",
-    format: str = "ctxd",
-    system: str | list | None = None,
-) -> Op:
+    idempotency_key: str | None,
+    expected_version: int | None,
+    principal: str,
+    model: str,
+    model_window: int,
+    task: str,
+    format: str,
+    system: str | list | None,
+) -> pb.AppendTurnRequest:
     req = pb.AppendTurnRequest(
         context_id=context_id,
         idempotency_key=idempotency_key or uuid.uuid4().hex,
@@ -147,8 +147,100 @@ def append_turn(
             if not _has(pb.AppendTurnRequest, "system_json"):
                 raise CtxdError("this sidecar's API has no system_json on AppendTurn")
             req.system_json = json.dumps(system)  # a str or a list of text blocks
+    return req
+
+
+def append_turn(
+    context_id: str,
+    messages: Iterable[Mapping | PbMessage] | str,
+    *,
+    idempotency_key: str | None = None,
+    expected_version: int | None = None,
+    principal: str = "",
+    model: str = "",
+    model_window: int = 0,
+    task: str = "",
+    format: str = "ctxd",
+    system: str | list | None = None,
+) -> Op:
+    req = _turn_request(
+        context_id,
+        messages,
+        idempotency_key=idempotency_key,
+        expected_version=expected_version,
+        principal=principal,
+        model=model,
+        model_window=model_window,
+        task=task,
+        format=format,
+        system=system,
+    )
     # Retried on UNAVAILABLE: the idempotency key makes a repeat append nothing.
     return (yield Call(CONTEXT, "AppendTurn", req, retry=True))
+
+
+@dataclass
+class Turn:
+    """A whole turn in one call: what AppendTurn answered (``appended``) and
+    what changed in the slice since the version the caller held (``next``)."""
+
+    appended: Any
+    next: SliceDelta
+
+
+def turn(
+    context_id: str,
+    messages: Iterable[Mapping | PbMessage] | str,
+    *,
+    since_version: int,
+    format: str = "ctxd",
+    cache_breakpoint: bool = False,
+    page_size: int = 0,
+    idempotency_key: str | None = None,
+    expected_version: int | None = None,
+    principal: str = "",
+    model: str = "",
+    model_window: int = 0,
+    task: str = "",
+    system: str | list | None = None,
+) -> Op:
+    """AppendTurn with the slice read in the same call (AppendTurnRequest.read);
+    later pages of a replaced slice come from GetContext. A sidecar that does
+    not answer the read (an older API) gets the GetContext read instead."""
+    req = _turn_request(
+        context_id,
+        messages,
+        idempotency_key=idempotency_key,
+        expected_version=expected_version,
+        principal=principal,
+        model=model,
+        model_window=model_window,
+        task=task,
+        format=format,
+        system=system,
+    )
+    read = _slice_request(context_id, format, None, page_size, cache_breakpoint)
+    read.since_version = since_version
+    if _has(pb.AppendTurnRequest, "read"):
+        req.read.CopyFrom(read)  # type: ignore[attr-defined]
+    appended = yield Call(CONTEXT, "AppendTurn", req, retry=True)
+    if not _has(pb.AppendTurnResponse, "read") or not appended.HasField("read"):
+        return Turn(appended, (yield from _slice_pages(read, format)))
+    pages = [appended.read]
+    if pages[0].next_page_token:
+        rest = _slice_request(context_id, format, None, page_size, cache_breakpoint)
+        rest.page_token = pages[0].next_page_token
+        try:
+            while rest.page_token:
+                page = yield Call(CONTEXT, "GetContext", rest, retry=True)
+                pages.append(page)
+                rest.page_token = page.next_page_token
+        except Aborted:
+            # Reshaped between pages: the whole slice again, as a replacement.
+            rest.page_token = ""
+            pages = yield from _paged_context(rest)
+            pages[0].change = pb.SLICE_CHANGE_REPLACE
+    return Turn(appended, _slice_result(pages, format, incremental=True))
 
 
 def _paged_context(req: pb.GetContextRequest) -> Generator[Call, Any, list]:
@@ -195,15 +287,13 @@ def info(context_id: str, *, consistency: int | str | None = None) -> Op:
     return (yield Call(CONTEXT, "GetContext", req, retry=True)).info
 
 
-def slice_(
+def _slice_request(
     context_id: str,
-    *,
-    since_version: int | None = None,
-    format: str = "ctxd",
-    consistency: int | str | None = None,
-    page_size: int = 0,
-    cache_breakpoint: bool = False,
-) -> Op:
+    format: str,
+    consistency: int | str | None,
+    page_size: int,
+    cache_breakpoint: bool,
+) -> pb.GetContextRequest:
     req = pb.GetContextRequest(
         context_id=context_id,
         view=pb.CONTEXT_VIEW_SLICE,
@@ -218,9 +308,16 @@ def slice_(
         req.format = value  # type: ignore[attr-defined]
         if cache_breakpoint and _has(pb.GetContextRequest, "cache_breakpoint"):
             req.cache_breakpoint = True  # type: ignore[attr-defined]
-    if since_version is not None:
-        req.since_version = since_version
+    return req
+
+
+def _slice_pages(req: pb.GetContextRequest, format: str) -> Op:
     pages = yield from _paged_context(req)
+    return _slice_result(pages, format, incremental=req.HasField("since_version"))
+
+
+def _slice_result(pages: list, format: str, *, incremental: bool) -> Any:
+    """The pages of one slice read joined: a SliceDelta for an incremental read."""
     messages: list = []
     system = None
     for page in pages:
@@ -232,11 +329,26 @@ def slice_(
                 blocks = _blocks(json.loads(page.system_json))
                 system = blocks if system is None else system + blocks
     version = pages[0].info.version
-    if since_version is not None:
+    if incremental:
         return SliceDelta(_CHANGE.get(pages[0].change, "replace"), version, messages, system)
     out = SliceMessages(messages)
     out.version, out.system = version, system
     return out
+
+
+def slice_(
+    context_id: str,
+    *,
+    since_version: int | None = None,
+    format: str = "ctxd",
+    consistency: int | str | None = None,
+    page_size: int = 0,
+    cache_breakpoint: bool = False,
+) -> Op:
+    req = _slice_request(context_id, format, consistency, page_size, cache_breakpoint)
+    if since_version is not None:
+        req.since_version = since_version
+    return (yield from _slice_pages(req, format))
 
 
 def _blocks(content: Any) -> list:

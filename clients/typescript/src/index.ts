@@ -83,6 +83,12 @@ export interface SliceDelta extends Slice {
   change: SliceChange;
 }
 
+/** A whole turn in one call: what AppendTurn answered, and what changed in the slice since the version held. */
+export interface Turn {
+  appended: pb.AppendTurnResponse;
+  next: SliceDelta;
+}
+
 const CHANGES: Record<number, SliceChange> = {
   [pb.SliceChange.NONE]: "none",
   [pb.SliceChange.APPEND]: "append",
@@ -223,6 +229,68 @@ export class CtxdClient {
       task: options.task,
     });
     return this.unary((o) => this.contexts.appendTurn(req, o), options, true);
+  }
+
+  /**
+   * A runtime's whole turn in one round trip: appends the turn (as ``appendTurn``) and reads what
+   * changed in the slice since ``sinceVersion`` (AppendTurnRequest.read). With "append", push
+   * ``next.messages`` (your turn as stored, ids included) onto what you hold; with "replace", hold
+   * them instead. Later pages of a replaced slice come from GetContext.
+   */
+  async turn(
+    contextId: string,
+    messages: MessageInput[],
+    options: {
+      sinceVersion: number | bigint;
+      pageSize?: number;
+      idempotencyKey?: string;
+      expectedVersion?: number | bigint;
+      principal?: string;
+      model?: string;
+      modelWindow?: number | bigint;
+      task?: string;
+    } & Call,
+  ): Promise<Turn> {
+    const read = { view: pb.ContextView.SLICE, sinceVersion: big(options.sinceVersion), pageSize: options.pageSize };
+    const req = create(pb.AppendTurnRequestSchema, {
+      contextId,
+      messages: messages.map(toMessage),
+      idempotencyKey: options.idempotencyKey ?? randomUUID(),
+      expectedVersion: big(options.expectedVersion),
+      principal: options.principal,
+      model: options.model,
+      modelWindow: big(options.modelWindow),
+      task: options.task,
+      read,
+    });
+    const appended = await this.unary((o) => this.contexts.appendTurn(req, o), options, true);
+    if (!appended.read) {
+      // A sidecar whose API has no turn read: read after the turn.
+      return { appended, next: await this.slice(contextId, { ...options, sinceVersion: options.sinceVersion }) };
+    }
+    let pages = [appended.read];
+    let change = CHANGES[appended.read.change] ?? "replace";
+    const rest = create(pb.GetContextRequestSchema, {
+      contextId,
+      view: pb.ContextView.SLICE,
+      pageSize: options.pageSize,
+      pageToken: appended.read.nextPageToken,
+    });
+    try {
+      while (rest.pageToken) {
+        const page = await this.unary((o) => this.contexts.getContext(rest, o), options, true);
+        pages.push(page);
+        rest.pageToken = page.nextPageToken;
+      }
+    } catch (err) {
+      const e = toCtxdError(err);
+      if (e.code !== Code.Aborted) throw e;
+      // Reshaped between pages: the whole slice again, as a replacement.
+      pages = await this.pages({ contextId, view: pb.ContextView.SLICE, pageSize: options.pageSize }, options);
+      change = "replace";
+    }
+    const version = pages[0].info?.version ?? 0n;
+    return { appended, next: { version, messages: pages.flatMap((p) => p.slice), change } };
   }
 
   /** Appends a turn given in a provider's format (JSON passed through), when the sidecar has them. */

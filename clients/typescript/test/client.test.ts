@@ -41,6 +41,24 @@ test("turns, whole slices and incremental slices", async () => {
   assert.equal(await client.delete(cid), true);
 });
 
+test("a whole turn in one call: append, then what changed in the slice", async () => {
+  const cid = `${run}-turn`;
+  await client.appendTurn(cid, turn(0));
+  const held = await client.slice(cid);
+  const t = await client.turn(cid, turn(1), { sinceVersion: held.version });
+  assert.equal(t.next.change, "append");
+  assert.deepEqual(t.next.messages.map((m) => m.id), t.appended.messageIds);
+  assert.equal(t.next.version, t.appended.version);
+  const now = await client.slice(cid);
+  assert.deepEqual([...held.messages, ...t.next.messages].map((m) => m.id), now.messages.map((m) => m.id));
+  await client.compact(cid, { keepLast: 2 });
+  const replaced = await client.turn(cid, turn(2), { sinceVersion: t.appended.version, pageSize: 2 });
+  assert.equal(replaced.next.change, "replace");
+  assert.equal(replaced.next.messages[0].id, "summary");
+  assert.deepEqual(replaced.next.messages.map((m) => m.id), (await client.slice(cid)).messages.map((m) => m.id));
+  await client.delete(cid);
+});
+
 test("compaction by the runtime's own model, then expanded", async () => {
   const cid = `${run}-cmp`;
   for (let i = 0; i < 8; i += 1) await client.appendTurn(cid, turn(i));

@@ -401,7 +401,7 @@ class ListContextsResponse(_message.Message):
     def __init__(self, contexts: _Optional[_Iterable[_Union[ContextInfo, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class AppendTurnRequest(_message.Message):
-    __slots__ = ("context_id", "messages", "expected_version", "idempotency_key", "principal", "model_window", "model", "task", "messages_json", "format", "system_json")
+    __slots__ = ("context_id", "messages", "expected_version", "idempotency_key", "principal", "model_window", "model", "task", "messages_json", "format", "system_json", "read")
     CONTEXT_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -413,6 +413,7 @@ class AppendTurnRequest(_message.Message):
     MESSAGES_JSON_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     SYSTEM_JSON_FIELD_NUMBER: _ClassVar[int]
+    READ_FIELD_NUMBER: _ClassVar[int]
     context_id: str
     messages: _containers.RepeatedCompositeFieldContainer[Message]
     expected_version: int
@@ -424,10 +425,11 @@ class AppendTurnRequest(_message.Message):
     messages_json: str
     format: MessageFormat
     system_json: str
-    def __init__(self, context_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., expected_version: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., principal: _Optional[str] = ..., model_window: _Optional[int] = ..., model: _Optional[str] = ..., task: _Optional[str] = ..., messages_json: _Optional[str] = ..., format: _Optional[_Union[MessageFormat, str]] = ..., system_json: _Optional[str] = ...) -> None: ...
+    read: GetContextRequest
+    def __init__(self, context_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., expected_version: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., principal: _Optional[str] = ..., model_window: _Optional[int] = ..., model: _Optional[str] = ..., task: _Optional[str] = ..., messages_json: _Optional[str] = ..., format: _Optional[_Union[MessageFormat, str]] = ..., system_json: _Optional[str] = ..., read: _Optional[_Union[GetContextRequest, _Mapping]] = ...) -> None: ...
 
 class AppendTurnResponse(_message.Message):
-    __slots__ = ("version", "est_tokens", "compaction_due", "message_ids", "replayed", "unknown_skills", "loaded_skills")
+    __slots__ = ("version", "est_tokens", "compaction_due", "message_ids", "replayed", "unknown_skills", "loaded_skills", "read")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     EST_TOKENS_FIELD_NUMBER: _ClassVar[int]
     COMPACTION_DUE_FIELD_NUMBER: _ClassVar[int]
@@ -435,6 +437,7 @@ class AppendTurnResponse(_message.Message):
     REPLAYED_FIELD_NUMBER: _ClassVar[int]
     UNKNOWN_SKILLS_FIELD_NUMBER: _ClassVar[int]
     LOADED_SKILLS_FIELD_NUMBER: _ClassVar[int]
+    READ_FIELD_NUMBER: _ClassVar[int]
     version: int
     est_tokens: int
     compaction_due: bool
@@ -442,7 +445,8 @@ class AppendTurnResponse(_message.Message):
     replayed: bool
     unknown_skills: _containers.RepeatedScalarFieldContainer[str]
     loaded_skills: _containers.RepeatedCompositeFieldContainer[SkillRef]
-    def __init__(self, version: _Optional[int] = ..., est_tokens: _Optional[int] = ..., compaction_due: _Optional[bool] = ..., message_ids: _Optional[_Iterable[str]] = ..., replayed: _Optional[bool] = ..., unknown_skills: _Optional[_Iterable[str]] = ..., loaded_skills: _Optional[_Iterable[_Union[SkillRef, _Mapping]]] = ...) -> None: ...
+    read: GetContextResponse
+    def __init__(self, version: _Optional[int] = ..., est_tokens: _Optional[int] = ..., compaction_due: _Optional[bool] = ..., message_ids: _Optional[_Iterable[str]] = ..., replayed: _Optional[bool] = ..., unknown_skills: _Optional[_Iterable[str]] = ..., loaded_skills: _Optional[_Iterable[_Union[SkillRef, _Mapping]]] = ..., read: _Optional[_Union[GetContextResponse, _Mapping]] = ...) -> None: ...
 
 class DeleteContextRequest(_message.Message):
     __slots__ = ("context_id", "expected_version")
