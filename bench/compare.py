@@ -233,7 +233,7 @@ TARGETS: tuple[Target, ...] = (
     ),
     Target(
         "target.turn_one_call.vs_agents.h1000",
-        "turn as one call (AppendTurn + read) at 1,000 msgs >= 3x faster than Agents add+get_items",
+        "one-call turn (AppendTurn + read) at 1,000 msgs >= 3x faster than Agents add+get_items",
         "speedup",
         "cmp.turn.lmdb_one_call_vs_agents_sqlite.h1000",
         ">=",
@@ -242,7 +242,7 @@ TARGETS: tuple[Target, ...] = (
     ),
     Target(
         "target.turn_one_call.vs_agents.h10000",
-        "turn as one call (AppendTurn + read) at 10,000 msgs >= 3x faster than Agents add+get_items",
+        "one-call turn (AppendTurn + read), 10,000 msgs >= 3x faster than Agents add+get_items",
         "speedup",
         "cmp.turn.lmdb_one_call_vs_agents_sqlite.h10000",
         ">=",
