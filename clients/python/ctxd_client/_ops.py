@@ -114,15 +114,16 @@ def _turn_request(
     context_id: str,
     messages: Iterable[Mapping | PbMessage] | str,
     *,
-    idempotency_key: str | None,
-    expected_version: int | None,
-    principal: str,
-    model: str,
-    model_window: int,
-    task: str,
-    format: str,
-    system: str | list | None,
+    idempotency_key: str | None = None,
+    expected_version: int | None = None,
+    principal: str = "",
+    model: str = "",
+    model_window: int = 0,
+    task: str = "",
+    format: str = "ctxd",
+    system: str | list | None = None,
 ) -> pb.AppendTurnRequest:
+    """An AppendTurnRequest (the keyword arguments of ``Client.append_turn``)."""
     req = pb.AppendTurnRequest(
         context_id=context_id,
         idempotency_key=idempotency_key or uuid.uuid4().hex,
@@ -150,31 +151,8 @@ def _turn_request(
     return req
 
 
-def append_turn(
-    context_id: str,
-    messages: Iterable[Mapping | PbMessage] | str,
-    *,
-    idempotency_key: str | None = None,
-    expected_version: int | None = None,
-    principal: str = "",
-    model: str = "",
-    model_window: int = 0,
-    task: str = "",
-    format: str = "ctxd",
-    system: str | list | None = None,
-) -> Op:
-    req = _turn_request(
-        context_id,
-        messages,
-        idempotency_key=idempotency_key,
-        expected_version=expected_version,
-        principal=principal,
-        model=model,
-        model_window=model_window,
-        task=task,
-        format=format,
-        system=system,
-    )
+def append_turn(context_id: str, messages: Iterable[Mapping | PbMessage] | str, **options) -> Op:
+    req = _turn_request(context_id, messages, **options)
     # Retried on UNAVAILABLE: the idempotency key makes a repeat append nothing.
     return (yield Call(CONTEXT, "AppendTurn", req, retry=True))
 
@@ -196,29 +174,13 @@ def turn(
     format: str = "ctxd",
     cache_breakpoint: bool = False,
     page_size: int = 0,
-    idempotency_key: str | None = None,
-    expected_version: int | None = None,
-    principal: str = "",
-    model: str = "",
-    model_window: int = 0,
-    task: str = "",
-    system: str | list | None = None,
+    **options,
 ) -> Op:
     """AppendTurn with the slice read in the same call (AppendTurnRequest.read);
     later pages of a replaced slice come from GetContext. A sidecar that does
-    not answer the read (an older API) gets the GetContext read instead."""
-    req = _turn_request(
-        context_id,
-        messages,
-        idempotency_key=idempotency_key,
-        expected_version=expected_version,
-        principal=principal,
-        model=model,
-        model_window=model_window,
-        task=task,
-        format=format,
-        system=system,
-    )
+    not answer the read (an older API) gets the GetContext read instead.
+    ``options`` are those of :func:`append_turn`."""
+    req = _turn_request(context_id, messages, format=format, **options)
     read = _slice_request(context_id, format, None, page_size, cache_breakpoint)
     read.since_version = since_version
     if _has(pb.AppendTurnRequest, "read"):

@@ -157,6 +157,29 @@ function big(v: number | bigint | undefined): bigint | undefined {
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
+/** What ``appendTurn`` (and ``turn``) take besides the messages. */
+export interface TurnOptions {
+  idempotencyKey?: string;
+  expectedVersion?: number | bigint;
+  principal?: string;
+  model?: string;
+  modelWindow?: number | bigint;
+  task?: string;
+}
+
+function turnRequest(contextId: string, messages: MessageInput[], options: TurnOptions): pb.AppendTurnRequest {
+  return create(pb.AppendTurnRequestSchema, {
+    contextId,
+    messages: messages.map(toMessage),
+    idempotencyKey: options.idempotencyKey ?? randomUUID(),
+    expectedVersion: big(options.expectedVersion),
+    principal: options.principal,
+    model: options.model,
+    modelWindow: big(options.modelWindow),
+    task: options.task,
+  });
+}
+
 export class CtxdClient {
   readonly address: string;
   readonly contexts: Client<typeof pb.ContextService>;
@@ -209,25 +232,9 @@ export class CtxdClient {
   appendTurn(
     contextId: string,
     messages: MessageInput[],
-    options: {
-      idempotencyKey?: string;
-      expectedVersion?: number | bigint;
-      principal?: string;
-      model?: string;
-      modelWindow?: number | bigint;
-      task?: string;
-    } & Call = {},
+    options: TurnOptions & Call = {},
   ): Promise<pb.AppendTurnResponse> {
-    const req = create(pb.AppendTurnRequestSchema, {
-      contextId,
-      messages: messages.map(toMessage),
-      idempotencyKey: options.idempotencyKey ?? randomUUID(),
-      expectedVersion: big(options.expectedVersion),
-      principal: options.principal,
-      model: options.model,
-      modelWindow: big(options.modelWindow),
-      task: options.task,
-    });
+    const req = turnRequest(contextId, messages, options);
     return this.unary((o) => this.contexts.appendTurn(req, o), options, true);
   }
 
@@ -240,28 +247,13 @@ export class CtxdClient {
   async turn(
     contextId: string,
     messages: MessageInput[],
-    options: {
-      sinceVersion: number | bigint;
-      pageSize?: number;
-      idempotencyKey?: string;
-      expectedVersion?: number | bigint;
-      principal?: string;
-      model?: string;
-      modelWindow?: number | bigint;
-      task?: string;
-    } & Call,
+    options: { sinceVersion: number | bigint; pageSize?: number } & TurnOptions & Call,
   ): Promise<Turn> {
-    const read = { view: pb.ContextView.SLICE, sinceVersion: big(options.sinceVersion), pageSize: options.pageSize };
-    const req = create(pb.AppendTurnRequestSchema, {
-      contextId,
-      messages: messages.map(toMessage),
-      idempotencyKey: options.idempotencyKey ?? randomUUID(),
-      expectedVersion: big(options.expectedVersion),
-      principal: options.principal,
-      model: options.model,
-      modelWindow: big(options.modelWindow),
-      task: options.task,
-      read,
+    const req = turnRequest(contextId, messages, options);
+    req.read = create(pb.GetContextRequestSchema, {
+      view: pb.ContextView.SLICE,
+      sinceVersion: big(options.sinceVersion),
+      pageSize: options.pageSize,
     });
     const appended = await this.unary((o) => this.contexts.appendTurn(req, o), options, true);
     if (!appended.read) {
