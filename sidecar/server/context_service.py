@@ -20,7 +20,7 @@ from sidecar.core.contexts.planning import Planning
 from sidecar.core.contexts.service import ContextService
 from sidecar.core.contexts.skillset import SkillSet
 from sidecar.core.contexts.turns import TurnRequest, Turns
-from sidecar.core.errors import InvalidArgument, Unavailable
+from sidecar.core.errors import CtxdError, InvalidArgument, Unavailable
 from sidecar.core.providers import relabel
 from sidecar.server import wire
 from sidecar.server.context_convert import (
@@ -176,8 +176,13 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
         if read is None:
             return reply
         # The turn is applied: the cached copy is at its version or later.
-        st = await self.contexts.get(request.context_id, latest=False)
-        answer = self._answer(read.request, read, st)
+        try:
+            st = await self.contexts.get(request.context_id, latest=False)
+            answer = self._answer(read.request, read, st)
+        except CtxdError:
+            # Deleted (or unreadable) since the commit: the turn stands, and
+            # an error now would invite a retry of what is already durable.
+            return reply
         return wire.embed(reply.SerializeToString(), _TURN_READ, _serialized(answer))
 
     async def GetContext(self, request: pb.GetContextRequest, context) -> pb.GetContextResponse:

@@ -1113,7 +1113,9 @@ export type AppendTurnResponse = Message$1<"ctxd.v1.AppendTurnResponse"> & {
 
   /**
    * The answer to AppendTurnRequest.read, when it was set: the context as
-   * of this turn's version or later (its info says which).
+   * of this turn's version or later (its info says which). Absent when the
+   * context could not be read after the turn (deleted meanwhile): the turn
+   * stands; read with GetContext.
    *
    * @generated from field: ctxd.v1.GetContextResponse read = 8;
    */
