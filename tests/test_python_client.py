@@ -157,6 +157,9 @@ def test_a_whole_turn_is_one_call(client):
     t = client.turn("one", _turn(2), since_version=t.appended.version, page_size=2)
     assert t.next.change == "replace" and t.next.messages[0].id == "summary"
     assert list(t.next.messages) == list(client.slice("one"))
+    # The same replacement read on its own, over several pages.
+    again = client.slice("one", since_version=held.version, page_size=2)
+    assert again.change == "replace" and list(again.messages) == list(client.slice("one"))
     as_openai = client.turn(
         "one", [{"role": "user", "content": "hi"}], since_version=t.next.version, format="openai"
     )

@@ -206,10 +206,15 @@ def turn(
 
 
 def _paged_context(req: pb.GetContextRequest) -> Generator[Call, Any, list]:
-    """All pages of one GetContext read; starts again if a page token goes stale."""
+    """All pages of one GetContext read; starts again if a page token goes stale.
+    ``since_version`` goes with the first page only (later pages of a
+    replacement continue from the token)."""
+    since = req.since_version if req.HasField("since_version") else None
     for attempt in range(PAGE_RESTARTS + 1):
         pages: list = []
         req.page_token = ""
+        if since is not None:
+            req.since_version = since
         try:
             while True:
                 resp = yield Call(CONTEXT, "GetContext", req, retry=True)
@@ -217,6 +222,7 @@ def _paged_context(req: pb.GetContextRequest) -> Generator[Call, Any, list]:
                 if not resp.next_page_token:
                     return pages
                 req.page_token = resp.next_page_token
+                req.ClearField("since_version")
         except Aborted:
             if not pages or attempt == PAGE_RESTARTS:
                 raise
@@ -274,8 +280,9 @@ def _slice_request(
 
 
 def _slice_pages(req: pb.GetContextRequest, format: str) -> Op:
+    incremental = req.HasField("since_version")
     pages = yield from _paged_context(req)
-    return _slice_result(pages, format, incremental=req.HasField("since_version"))
+    return _slice_result(pages, format, incremental=incremental)
 
 
 def _slice_result(pages: list, format: str, *, incremental: bool) -> Any:

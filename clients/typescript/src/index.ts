@@ -358,6 +358,7 @@ export class CtxdClient {
           pages.push(page);
           if (!page.nextPageToken) return pages;
           req.pageToken = page.nextPageToken;
+          req.sinceVersion = undefined; // with the first page only: later pages continue the token
         }
       } catch (err) {
         const e = toCtxdError(err);

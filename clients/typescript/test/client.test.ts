@@ -56,6 +56,10 @@ test("a whole turn in one call: append, then what changed in the slice", async (
   assert.equal(replaced.next.change, "replace");
   assert.equal(replaced.next.messages[0].id, "summary");
   assert.deepEqual(replaced.next.messages.map((m) => m.id), (await client.slice(cid)).messages.map((m) => m.id));
+  // The same replacement read on its own, over several pages.
+  const again = await client.slice(cid, { sinceVersion: held.version, pageSize: 2 });
+  assert.equal(again.change, "replace");
+  assert.deepEqual(again.messages.map((m) => m.id), (await client.slice(cid)).messages.map((m) => m.id));
   await client.delete(cid);
 });
 
