@@ -7,4 +7,8 @@ cd "$root"
 python3 -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -e '.[test]'
+# Bytecode written once, as an install has it: the suite starts many sidecar
+# processes, and with PYTHONDONTWRITEBYTECODE set (CI, containers) each would
+# compile every module again.
+.venv/bin/python -m compileall -q sidecar plugins tests bench clients/python/ctxd_client
 exec .venv/bin/python -m pytest "$@"
