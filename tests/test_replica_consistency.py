@@ -51,6 +51,26 @@ def test_every_read_on_b_reflects_a_write_on_a(spawn_sidecar, store_uri_for, bac
     assert texts(full(a.contexts, "conv"))[-1] == "turn 4 via B"
 
 
+def test_a_turns_read_on_b_holds_what_a_acknowledged(spawn_sidecar, store_uri_for):
+    """AppendTurn's own read (one round trip) reflects the other replica's
+    turns, for a committed turn and for a replayed one."""
+    a, b = replicas(spawn_sidecar, store_uri_for("s3"))
+    append(a.contexts, "one", user("a1"))
+    held = version(b.contexts, "one")  # B holds version 1
+    append(a.contexts, "one", user("a2"))
+    slice_since = pb.GetContextRequest(view=pb.CONTEXT_VIEW_SLICE, since_version=held)
+    req = pb.AppendTurnRequest(
+        context_id="one", messages=[user("b3")], idempotency_key="k", read=slice_since
+    )
+    r = b.contexts.AppendTurn(req)
+    assert r.read.change == pb.SLICE_CHANGE_APPEND
+    assert [m.user.text for m in r.read.slice] == ["a2", "b3"]
+    append(a.contexts, "one", user("a4"))
+    again = b.contexts.AppendTurn(req)  # a retry: appends nothing, reads the latest
+    assert again.replayed and again.version == r.version
+    assert [m.user.text for m in again.read.slice] == ["a2", "b3", "a4"]
+
+
 def test_cached_reads_are_an_explicit_choice(spawn_sidecar, store_uri_for):
     uri = store_uri_for("s3")
     a = spawn_sidecar("--store", uri).running()

@@ -175,9 +175,15 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
         )
         if read is None:
             return reply
-        # The turn is applied: the cached copy is at its version or later.
+        # A committed turn took the next version, so the cached copy holds
+        # every write acknowledged before this call (LATEST asks the store
+        # again for what came after); a replayed one committed nothing now
+        # and reads as GetContext would.
+        latest = read.latest
+        if latest is None and not r.replayed:
+            latest = False
         try:
-            st = await self.contexts.get(request.context_id, latest=False)
+            st = await self.contexts.get(request.context_id, latest=latest)
             answer = self._answer(read.request, read, st)
         except CtxdError:
             # Deleted (or unreadable) since the commit: the turn stands, and

@@ -1046,7 +1046,9 @@ export type AppendTurnRequest = Message$1<"ctxd.v1.AppendTurnRequest"> & {
    * that version; REPLACE the first page of the rebuilt slice. context_id
    * may be left empty (it is the turn's); page_token must be empty (later
    * pages come from GetContext). Checked before anything is appended.
-   * Also answered for a replayed idempotency_key.
+   * Also answered for a replayed idempotency_key. The turn's commit already
+   * reflects every write any replica acknowledged before the call; with
+   * consistency LATEST the store is asked again for what came after.
    *
    * @generated from field: ctxd.v1.GetContextRequest read = 12;
    */
