@@ -2,7 +2,11 @@
 
 It uses the same server stack as ctxd (``grpc.aio.server`` on 127.0.0.1 with
 an ephemeral port) but does no work: requests are raw bytes (identity
-serializers, no proto) echoed back. Run as ``python -m bench.echo_server``;
+serializers, no proto) echoed back. With ``--lmdb PATH`` it also answers
+``Put``: the request bytes written by one fsync'd LMDB put, inline on the
+event loop (the cheapest way a gRPC server can make a write durable), then
+echoed: the write floor measured whole rather than as echo plus a put timed
+on its own. Run as ``python -m bench.echo_server``;
 it prints the bound port as its first stdout line and serves until SIGTERM,
 SIGINT or (with ``--watch-stdin``) EOF on stdin.
 """
@@ -25,6 +29,8 @@ BLOB_METHOD = f"/{SERVICE}/Blob"
 #: Largest Blob reply (the client must raise its receive limit to match).
 MAX_BLOB = 64 * 1024 * 1024
 _blobs: dict[int, bytes] = {}
+#: One fsync'd LMDB put of the request, then the echo (with ``--lmdb``).
+PUT_METHOD = f"/{SERVICE}/Put"
 
 
 async def _echo(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
@@ -39,18 +45,37 @@ async def _blob(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
     return blob
 
 
-def add_echo_service(server: grpc.aio.Server) -> None:
+def _put_handler(path: str):
+    """``Put``: the request written under a new key, fsync'd (as ctxd's store is)."""
+    import itertools
+
+    import lmdb
+
+    env = lmdb.open(path, map_size=1 << 30, sync=True, metasync=True)
+    keys = itertools.count()
+
+    async def put(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        with env.begin(write=True) as txn:
+            txn.put(b"key-%010d" % next(keys), request)
+        return request
+
+    return put
+
+
+def add_echo_service(server: grpc.aio.Server, lmdb_path: str | None = None) -> None:
     """Register the echo methods the way generated ``*_pb2_grpc`` code does."""
     handlers = {
         "Echo": grpc.unary_unary_rpc_method_handler(_echo),
         "Blob": grpc.unary_unary_rpc_method_handler(_blob),
     }
+    if lmdb_path:
+        handlers["Put"] = grpc.unary_unary_rpc_method_handler(_put_handler(lmdb_path))
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
     if hasattr(server, "add_registered_method_handlers"):
         server.add_registered_method_handlers(SERVICE, handlers)
 
 
-async def serve(host: str, port: int, watch_stdin: bool) -> None:
+async def serve(host: str, port: int, watch_stdin: bool, lmdb_path: str | None = None) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -71,7 +96,7 @@ async def serve(host: str, port: int, watch_stdin: bool) -> None:
         threading.Thread(target=wait_eof, name="stdin-watch", daemon=True).start()
 
     server = grpc.aio.server(options=[("grpc.max_send_message_length", MAX_BLOB)])
-    add_echo_service(server)
+    add_echo_service(server, lmdb_path)
     bound = server.add_insecure_port(f"{host}:{port}")
     if not bound:
         raise RuntimeError(f"could not bind {host}:{port}")
@@ -90,8 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--watch-stdin", action="store_true", help="exit when stdin reaches EOF (parent died)"
     )
+    ap.add_argument("--lmdb", metavar="PATH", help="also serve Put, into an LMDB env at PATH")
     args = ap.parse_args(argv)
-    asyncio.run(serve(args.host, args.port, args.watch_stdin))
+    asyncio.run(serve(args.host, args.port, args.watch_stdin, args.lmdb))
     return 0
 
 
