@@ -1,5 +1,5 @@
 // A thin typed client for the ctxd sidecar: the same verbs as the Python client
-// (appendTurn, slice with sinceVersion, memory verbs, watch), paging followed,
+// (appendTurn, turn: append and read in one call, slice with sinceVersion, memory verbs, watch), paging followed,
 // AppendTurn retried on UNAVAILABLE under one idempotency key.
 import { randomUUID } from "node:crypto";
 import { create, fromJson, type DescMessage, type JsonObject, type MessageInitShape } from "@bufbuild/protobuf";
