@@ -64,10 +64,6 @@ _CHANGE = {
 }
 
 
-#: Field number of AppendTurnResponse.read.
-_TURN_READ = 8
-
-
 @dataclass(frozen=True, slots=True)
 class _Read:
     """A GetContextRequest checked whole, before anything is read or appended."""
@@ -184,24 +180,24 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
             latest = False
         try:
             st = await self.contexts.get(request.context_id, latest=latest)
-            answer = self._answer(read.request, read, st)
+            answer = self._answer(read, st)
         except CtxdError:
             # Deleted (or unreadable) since the commit: the turn stands, and
             # an error now would invite a retry of what is already durable.
             return reply
-        return wire.embed(reply.SerializeToString(), _TURN_READ, _serialized(answer))
+        return wire.embed(
+            reply.SerializeToString(), pb.AppendTurnResponse.READ_FIELD_NUMBER, _serialized(answer)
+        )
 
     async def GetContext(self, request: pb.GetContextRequest, context) -> pb.GetContextResponse:
         read = _read_of(request)
         st = await self.contexts.get(request.context_id, latest=read.latest)
-        return self._answer(request, read, st)
+        return self._answer(read, st)
 
-    def _answer(
-        self, request: pb.GetContextRequest, read: _Read, st
-    ) -> pb.GetContextResponse | bytes:
-        """The reply to ``request`` from ``st``, converted without awaiting so
-        the record cannot change underneath."""
-        view = read.view
+    def _answer(self, read: _Read, st) -> pb.GetContextResponse | bytes:
+        """The reply to ``read`` from ``st``, converted without awaiting so the
+        record cannot change underneath."""
+        request, view = read.request, read.view
         resp = pb.GetContextResponse(info=info_to_pb(st.info()))
         if view == "info":
             return resp
