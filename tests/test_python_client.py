@@ -166,6 +166,43 @@ def test_a_whole_turn_is_one_call(client):
     assert as_openai.next.messages == [{"role": "user", "content": "hi"}]
 
 
+def _run_compacting(client, op, cid: str, after_calls: int):
+    """Drive a client op by hand, compacting ``cid`` once ``after_calls``
+    replies came back: the next page token is stale, and the op must start
+    its read again."""
+    calls, reply, error = 0, None, None
+    try:
+        call = next(op)
+        while True:
+            if calls == after_calls:
+                client.compact(cid, keep_last=2)
+            calls += 1
+            try:
+                reply, error = client._unary(call, 10), None
+            except ctxd_client.CtxdError as exc:
+                reply, error = None, exc
+            call = op.send(reply) if error is None else op.throw(error)
+    except StopIteration as stop:
+        return stop.value, calls
+
+
+def test_reads_start_again_when_a_compaction_lands_between_pages(client):
+    from ctxd_client import _ops as ops
+
+    for i in range(6):
+        client.append_turn("re", _turn(i))
+    whole, calls = _run_compacting(client, ops.slice_("re", page_size=5), "re", after_calls=2)
+    assert list(whole) == list(client.slice("re")) and whole[0].id == "summary"
+    assert calls > len(whole) // 5 + 1  # some pages were read twice
+    # A turn's replaced slice, continued by GetContext, starts again the same way.
+    for i in range(6, 12):
+        client.append_turn("re", _turn(i))
+    op = ops.turn("re", _turn(12), since_version=1, page_size=3)
+    t, _ = _run_compacting(client, op, "re", after_calls=2)
+    assert t.next.change == "replace"
+    assert list(t.next.messages) == list(client.slice("re"))
+
+
 def test_contexts_are_listed_by_page_and_deleted(client):
     for cid in ("a", "b", "c"):
         client.append_turn(cid, [{"user": {"text": cid}}])

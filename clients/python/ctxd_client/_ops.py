@@ -188,44 +188,33 @@ def turn(
     appended = yield Call(CONTEXT, "AppendTurn", req, retry=True)
     if not _has(pb.AppendTurnResponse, "read") or not appended.HasField("read"):
         return Turn(appended, (yield from _slice_pages(read, format)))
-    pages = [appended.read]
-    if pages[0].next_page_token:
-        rest = _slice_request(context_id, format, None, page_size, cache_breakpoint)
-        rest.page_token = pages[0].next_page_token
-        try:
-            while rest.page_token:
-                page = yield Call(CONTEXT, "GetContext", rest, retry=True)
-                pages.append(page)
-                rest.page_token = page.next_page_token
-        except Aborted:
-            # Reshaped between pages: the whole slice again, as a replacement.
-            rest.page_token = ""
-            pages = yield from _paged_context(rest)
-            pages[0].change = pb.SLICE_CHANGE_REPLACE
+    pages = yield from _paged_context(read, first=appended.read)
     return Turn(appended, _slice_result(pages, format, incremental=True))
 
 
-def _paged_context(req: pb.GetContextRequest) -> Generator[Call, Any, list]:
-    """All pages of one GetContext read; starts again if a page token goes stale.
-    ``since_version`` goes with the first page only (later pages of a
-    replacement continue from the token)."""
+def _paged_context(req: pb.GetContextRequest, first: Any = None) -> Generator[Call, Any, list]:
+    """All pages of one GetContext read (continuing from ``first`` when the
+    first page came some other way, e.g. with a turn); starts again from the
+    first page if a page token goes stale. ``since_version`` goes with the
+    first page only (later pages of a replacement continue from the token)."""
     since = req.since_version if req.HasField("since_version") else None
     for attempt in range(PAGE_RESTARTS + 1):
-        pages: list = []
+        pages: list = [] if first is None else [first]
         req.page_token = ""
         if since is not None:
             req.since_version = since
         try:
-            while True:
-                resp = yield Call(CONTEXT, "GetContext", req, retry=True)
-                pages.append(resp)
-                if not resp.next_page_token:
-                    return pages
-                req.page_token = resp.next_page_token
+            if not pages:
+                pages.append((yield Call(CONTEXT, "GetContext", req, retry=True)))
+            while pages[-1].next_page_token:
+                req.page_token = pages[-1].next_page_token
                 req.ClearField("since_version")
+                pages.append((yield Call(CONTEXT, "GetContext", req, retry=True)))
+            return pages
         except Aborted:
             if not pages or attempt == PAGE_RESTARTS:
                 raise
+            first = None
     raise AssertionError("unreachable")
 
 

@@ -249,40 +249,14 @@ export class CtxdClient {
     messages: MessageInput[],
     options: { sinceVersion: number | bigint; pageSize?: number } & TurnOptions & Call,
   ): Promise<Turn> {
+    const read = { contextId, view: pb.ContextView.SLICE, sinceVersion: big(options.sinceVersion), pageSize: options.pageSize };
     const req = turnRequest(contextId, messages, options);
-    req.read = create(pb.GetContextRequestSchema, {
-      view: pb.ContextView.SLICE,
-      sinceVersion: big(options.sinceVersion),
-      pageSize: options.pageSize,
-    });
+    req.read = create(pb.GetContextRequestSchema, read);
     const appended = await this.unary((o) => this.contexts.appendTurn(req, o), options, true);
-    if (!appended.read) {
-      // A sidecar whose API has no turn read: read after the turn.
-      return { appended, next: await this.slice(contextId, { ...options, sinceVersion: options.sinceVersion }) };
-    }
-    let pages = [appended.read];
-    let change = CHANGES[appended.read.change] ?? "replace";
-    const rest = create(pb.GetContextRequestSchema, {
-      contextId,
-      view: pb.ContextView.SLICE,
-      pageSize: options.pageSize,
-      pageToken: appended.read.nextPageToken,
-    });
-    try {
-      while (rest.pageToken) {
-        const page = await this.unary((o) => this.contexts.getContext(rest, o), options, true);
-        pages.push(page);
-        rest.pageToken = page.nextPageToken;
-      }
-    } catch (err) {
-      const e = toCtxdError(err);
-      if (e.code !== Code.Aborted) throw e;
-      // Reshaped between pages: the whole slice again, as a replacement.
-      pages = await this.pages({ contextId, view: pb.ContextView.SLICE, pageSize: options.pageSize }, options);
-      change = "replace";
-    }
-    const version = pages[0].info?.version ?? 0n;
-    return { appended, next: { version, messages: pages.flatMap((p) => p.slice), change } };
+    // Later pages continue the turn's read; a sidecar without it (an older API) is read here whole.
+    const pages = await this.pages(read, options, appended.read);
+    const next = { version: pages[0].info?.version ?? 0n, messages: pages.flatMap((p) => p.slice) };
+    return { appended, next: { ...next, change: CHANGES[pages[0].change] ?? "replace" } };
   }
 
   /** Appends a turn given in a provider's format (JSON passed through), when the sidecar has them. */
@@ -347,22 +321,29 @@ export class CtxdClient {
     return out;
   }
 
-  // Every page of one GetContext read; starts again when a compaction made a page token stale.
-  private async pages(init: MessageInitShape<typeof pb.GetContextRequestSchema>, call?: Call) {
+  // Every page of one GetContext read (continuing from ``first`` when the first page came some
+  // other way, e.g. with a turn); starts again from the first page when a compaction made a page
+  // token stale. ``sinceVersion`` goes with the first page only.
+  private async pages(
+    init: MessageInitShape<typeof pb.GetContextRequestSchema>,
+    call?: Call,
+    first?: pb.GetContextResponse,
+  ) {
     for (let attempt = 0; ; attempt += 1) {
-      const pages: pb.GetContextResponse[] = [];
+      const pages: pb.GetContextResponse[] = first ? [first] : [];
       const req = create(pb.GetContextRequestSchema, init);
       try {
-        for (;;) {
-          const page = await this.unary((o) => this.contexts.getContext(req, o), call, true);
-          pages.push(page);
-          if (!page.nextPageToken) return pages;
-          req.pageToken = page.nextPageToken;
-          req.sinceVersion = undefined; // with the first page only: later pages continue the token
+        if (pages.length === 0) pages.push(await this.unary((o) => this.contexts.getContext(req, o), call, true));
+        while (pages[pages.length - 1].nextPageToken) {
+          req.pageToken = pages[pages.length - 1].nextPageToken;
+          req.sinceVersion = undefined; // later pages continue the token
+          pages.push(await this.unary((o) => this.contexts.getContext(req, o), call, true));
         }
+        return pages;
       } catch (err) {
         const e = toCtxdError(err);
         if (e.code !== Code.Aborted || pages.length === 0 || attempt >= PAGE_RESTARTS) throw e;
+        first = undefined;
       }
     }
   }
