@@ -10,22 +10,14 @@ import os
 import subprocess
 import sys
 
-from sidecar import metrics
 from tests.fake_openai import FakeOpenAI
+from tests.test_python_client import served
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AGENT = os.path.join(ROOT, "examples", "python-agent", "agent.py")
 LINES = [
     f"question {i}: " + " ".join(["tell me about the lighthouse keeper"] * 6) for i in range(8)
 ]
-
-
-def _served(method: str) -> float:
-    """Calls of ``method`` the in-process sidecar answered (OK or NOT_FOUND)."""
-    return sum(
-        metrics.RPC_REQUESTS.labels("ctxd.v1.ContextService", method, code)._value.get()
-        for code in ("OK", "NOT_FOUND")
-    )
 
 
 def _answer(body: dict) -> str:
@@ -41,7 +33,7 @@ def test_the_agent_holds_its_history_and_turns_in_one_call(start_sidecar, store_
     )
     with FakeOpenAI() as model:
         model.answer = _answer
-        reads, turns = _served("GetContext"), _served("AppendTurn")
+        reads, turns = served("GetContext", "OK", "NOT_FOUND"), served("AppendTurn")
         proc = subprocess.run(
             [sys.executable, AGENT],
             input="\n".join(LINES) + "\n\n",
@@ -58,8 +50,9 @@ def test_the_agent_holds_its_history_and_turns_in_one_call(start_sidecar, store_
             timeout=120,
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
-        assert _served("GetContext") - reads == 1  # the first read (a new conversation)
-        assert _served("AppendTurn") - turns == 2 * len(LINES)
+        # One read, the first (NOT_FOUND: a new conversation); every turn read itself.
+        assert served("GetContext", "OK", "NOT_FOUND") - reads == 1
+        assert served("AppendTurn") - turns == 2 * len(LINES)
         sent = [r.body["messages"] for r in model.requests]
 
     assert len(sent) == len(LINES)

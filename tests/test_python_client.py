@@ -134,19 +134,23 @@ def test_turns_slices_and_reads_follow_pages(client):
     assert ctxd_client.to_dict(whole[-1]) == {**ctxd_client.to_dict(whole[-1]), "id": "m24"}
 
 
-def _served(method: str) -> float:
-    """Calls of ``method`` the in-process sidecars answered OK (their metrics)."""
+def served(method: str, *codes: str) -> float:
+    """Calls of ContextService ``method`` the in-process sidecars answered with
+    one of ``codes`` (OK by default), from their metrics."""
     from sidecar import metrics
 
-    return metrics.RPC_REQUESTS.labels("ctxd.v1.ContextService", method, "OK")._value.get()
+    return sum(
+        metrics.RPC_REQUESTS.labels("ctxd.v1.ContextService", method, code)._value.get()
+        for code in codes or ("OK",)
+    )
 
 
 def test_a_whole_turn_is_one_call(client):
     client.append_turn("one", _turn(0))
     held = client.slice("one")
-    reads = _served("GetContext")
+    reads = served("GetContext")
     t = client.turn("one", _turn(1), since_version=held.version, idempotency_key="t1")
-    assert _served("GetContext") == reads  # the read rode on the AppendTurn
+    assert served("GetContext") == reads  # the read rode on the AppendTurn
     assert isinstance(t, ctxd_client.Turn) and t.next.change == "append"
     assert [m.id for m in t.next.messages] == list(t.appended.message_ids)
     assert t.next.version == t.appended.version
