@@ -7,7 +7,8 @@ backends that cannot enumerate) lives in the sidecar, so a plugin author
 writes only what their backend does.
 
 Methods are synchronous and may block; the sidecar calls them from worker
-threads (or inline for backends that declare :attr:`Capability.INLINE_READS`).
+threads (or inline for backends that declare :attr:`Capability.INLINE_READS`
+or :attr:`Capability.INLINE_WRITES`).
 Keys are arbitrary non-empty UTF-8 strings already namespaced by the sidecar;
 values are bytes (possibly empty). :mod:`sidecar.testing.store_conformance` checks
 a backend against this contract; ``examples/store-plugin`` is a complete
@@ -53,6 +54,11 @@ class Capability(enum.StrEnum):
     #: Called on a running event loop they return that loop's futures, so a
     #: store can complete a whole group of writes with one wake-up of the loop.
     ASYNC_WRITES = "async_writes"
+    #: ``put``/``delete`` commit on the calling thread, and a commit costs
+    #: less than handing it to another thread and back (a local disk). The
+    #: sidecar then writes on its event loop while no other call is waiting,
+    #: and queues (``ASYNC_WRITES``) or uses a worker thread otherwise.
+    INLINE_WRITES = "inline_writes"
 
 
 #: Class flags that declared a capability before :class:`Capability` did.

@@ -263,3 +263,43 @@ def test_services_reach_the_server_as_generic_handlers_only():
     details = type("Details", (), {"method": "/ctxd.v1.MemoryService/Get"})()
     handler = next(h.service(details) for h in server.generic if h.service(details) is not None)
     assert handler.unary_unary(None, None) == "/ctxd.v1.MemoryService/Get"
+
+
+def test_a_lone_write_commits_on_the_loop_and_concurrent_ones_group_commit(start_sidecar, tmp_path):
+    """LMDB's transaction ids count commits. One caller at a time: one commit
+    per Set, each made on the event loop. Sixteen callers at once: the writes
+    queue to the writer thread and share commits (the gate must see the
+    calls waiting, or every write would fsync alone on the loop)."""
+    import threading
+
+    from prometheus_client import REGISTRY
+
+    r = start_sidecar(f"lmdb://{tmp_path / 'data'}")
+    env = r.extra["sidecar"].storage.store.env
+
+    def commits() -> int:
+        return env.info()["last_txnid"]
+
+    def inline_puts() -> float:
+        labels = {"backend": "lmdb", "op": "put_inline"}
+        return REGISTRY.get_sample_value("ctxd_store_operation_seconds_count", labels) or 0
+
+    before, inline_before = commits(), inline_puts()
+    for i in range(20):
+        r.memory.Set(memory_pb2.SetRequest(key=f"alone/{i}", value_json="1"), timeout=10)
+    assert commits() - before == 20
+    assert inline_puts() - inline_before == 20
+
+    def caller(n: int) -> None:
+        for i in range(25):
+            r.memory.Set(memory_pb2.SetRequest(key=f"many/{n}/{i}", value_json="1"), timeout=10)
+
+    before = commits()
+    threads = [threading.Thread(target=caller, args=(n,)) for n in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    listed = r.memory.List(memory_pb2.ListRequest(prefix="many/", limit=1000), timeout=10)
+    assert len(listed.records) == 400
+    assert commits() - before < 400 * 0.9, "concurrent writes were not group-committed"

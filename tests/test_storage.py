@@ -445,9 +445,68 @@ def test_store_hooks_serve_one_scheme_through_pluggy():
     assert opened == [("mine://x?a=1", {"a": "1"})]
 
 
+# -- writes on the event loop (INLINE_WRITES) --------------------------------------------
+def _always() -> bool:
+    return True
+
+
+async def test_writes_commit_inline_only_while_the_loop_is_idle(tmp_path, storage_for):
+    """LMDB declares INLINE_WRITES: a write commits on the event loop while
+    ``idle`` says nothing else waits, and is queued to the writer thread
+    otherwise (and by default, before a server says anything)."""
+    observer = RecordingObserver()
+    storage = storage_for(LmdbStore(str(tmp_path / "lmdb"), map_size=64 << 20), observer=observer)
+    assert storage.inline_writes
+    first = await storage.put("k", b"queued")
+    storage.idle = _always
+    second = await storage.put("k", b"inline", if_version=first)
+    with pytest.raises(Conflict):  # a stale precondition, inline as queued
+        await storage.put("k", b"lost", if_version=first)
+    await storage.delete("k", if_version=second)
+    storage.idle = lambda: False
+    await storage.put("k", b"queued again", if_absent=True)
+    assert [op for _, op, _ in observer.calls] == [
+        "put",
+        "put_inline",
+        "put_inline",
+        "delete_inline",
+        "put",
+    ]
+    assert (await storage.get("k")).value == b"queued again"
+
+
+async def test_a_store_without_inline_writes_is_never_written_on_the_loop(storage_for):
+    observer = RecordingObserver()
+    storage = storage_for(LimitedStore({LIST, DELETE, CAS}), observer=observer)
+    storage.idle = _always
+    await storage.put("k", b"v")
+    await storage.delete("k")
+    assert not storage.inline_writes
+    assert [op for _, op, _ in observer.calls] == ["put", "delete"]
+
+
+async def test_slow_inline_writes_pause_until_the_pause_ends(tmp_path, storage_for):
+    """A disk slower than the budget would stall calls arriving during a
+    commit: inline writes stop for a while, then are tried again."""
+    observer = RecordingObserver()
+    storage = storage_for(LmdbStore(str(tmp_path / "lmdb"), map_size=64 << 20), observer=observer)
+    storage.idle = _always
+    storage.inline_write_budget = 0.0  # every commit is "slow"
+    storage.inline_write_pause = 0.2
+    await storage.put("a", b"1")
+    await storage.put("b", b"2")
+    await asyncio.sleep(0.25)
+    await storage.put("c", b"3")
+    assert [op for _, op, _ in observer.calls] == ["put_inline", "put", "put_inline"]
+
+
 # -- LMDB failure modes ---------------------------------------------------------------------
-async def test_lmdb_map_full_is_a_clear_limit_and_the_store_keeps_working(tmp_path, storage_for):
+@pytest.mark.parametrize("idle", [False, True], ids=["queued", "inline"])
+async def test_lmdb_map_full_is_a_clear_limit_and_the_store_keeps_working(
+    tmp_path, storage_for, idle
+):
     storage = storage_for(open_store(f"lmdb://{tmp_path / 'tiny'}?map_size=1MiB"))
+    storage.idle = lambda: idle
     await storage.put("small", b"kept")
     with pytest.raises(LimitExceeded) as err:
         await storage.put("big", b"\x01" * (2 << 20))

@@ -89,6 +89,8 @@ class Sidecar:
             }
         )
         layers += [self.gate, Decode()]
+        # A write may commit on the event loop only while no other call waits for it.
+        self.storage.idle = self.gate.alone
         self.server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),

@@ -257,6 +257,18 @@ class Gate:
 
         return _replace(handler, unary_stream)
 
+    def alone(self) -> bool:
+        """Whether the calling unary call is the only work the event loop has:
+        no other call in flight and nothing else ready to run.
+
+        A call gRPC has received is only counted once its handler starts, so
+        a handler that never yields would keep seeing itself alone while
+        others queue behind it; their dispatch shows first as callbacks ready
+        on the loop, which asyncio keeps in ``_ready`` (no public API tells).
+        A loop without it (another implementation) is never taken as idle.
+        """
+        return self.in_flight <= 1 and not getattr(asyncio.get_running_loop(), "_ready", True)
+
     def open_streams(self, method: str) -> int:
         return self._open.get(method, 0)
 

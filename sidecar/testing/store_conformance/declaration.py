@@ -91,6 +91,15 @@ class DeclarationTests(StoreFixtures):
             ]
             self._refused(store, attempts, version)
 
+    def _check_inline_writes(self, store: Store, declared: bool, version: str) -> None:
+        # A promise about cost, not an operation: ``put`` commits on the
+        # calling thread (the sidecar's event loop), so it is done on return.
+        if declared:
+            new_version = store.put("cap/key", b"changed")
+            assert store.get("cap/key") == Item(b"changed", new_version)
+        else:
+            assert store.get("cap/key") == Item(b"original", version)
+
     @staticmethod
     def _refused(store: Store, attempts: list[Callable[[], object]], version: str) -> None:
         for attempt in attempts:
