@@ -10,6 +10,8 @@ so clients see no difference.
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 from sidecar.api.ctxd.v1 import context_pb2 as pb
 from sidecar.core.contexts.model import Msg
 from sidecar.server.context_convert import msg_to_pb
@@ -17,6 +19,7 @@ from sidecar.server.context_convert import msg_to_pb
 #: Field numbers (ctxd.v1.GetContextResponse / Context).
 _RESPONSE_CONTEXT, _RESPONSE_SLICE = 2, 3
 _CONTEXT_MESSAGES = 4
+_WIRE = attrgetter("wire")
 
 
 def _varint(n: int) -> bytes:
@@ -47,7 +50,7 @@ def framed(m: Msg) -> bytes:
 
 def _wires(messages: list[Msg]) -> list[bytes]:
     """Each message's framed encoding; encoded now if a message has none yet."""
-    wires = [m.wire for m in messages]
+    wires = list(map(_WIRE, messages))
     if None in wires:
         wires = [framed(m) for m in messages]
     return wires

@@ -25,6 +25,7 @@ import json
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from itertools import accumulate
+from operator import attrgetter
 
 from sidecar.core.contexts.model import ContextState, Msg
 from sidecar.core.errors import Conflict, InvalidArgument
@@ -40,6 +41,7 @@ MESSAGE_FRAME_BYTES = 64
 FULL, SLICE = "full", "slice"
 NONE, APPEND, REPLACE = "none", "append", "replace"
 _PREFIX = "p1."
+_NBYTES = attrgetter("nbytes")
 
 
 @dataclass(frozen=True)
@@ -104,11 +106,17 @@ def _page(
 
 def _fitting(window: list[Msg], budget: int) -> int:
     """How many of ``window``, from its start, fit in ``budget`` bytes (at
-    least one). Costs are positive, so the running totals grow and a
-    bisection finds the last one that fits, without a loop in Python."""
+    least one). Sizes are read in C (``nbytes``, once each message knows
+    it); usually the whole window fits, and otherwise the running totals
+    grow, so a bisection finds the last one that fits."""
     if not window:
         return 0
-    spent = list(accumulate([message_bytes(m) for m in window]))
+    sizes = list(map(_NBYTES, window))
+    if min(sizes) < 0:  # not measured yet
+        sizes = [m.size_bytes for m in window]
+    if sum(sizes) + MESSAGE_FRAME_BYTES * len(sizes) <= budget:
+        return len(sizes)
+    spent = list(accumulate(n + MESSAGE_FRAME_BYTES for n in sizes))
     return max(1, bisect_right(spent, budget))
 
 
