@@ -457,6 +457,7 @@ async def test_writes_commit_inline_only_while_the_loop_is_idle(tmp_path, storag
     observer = RecordingObserver()
     storage = storage_for(LmdbStore(str(tmp_path / "lmdb"), map_size=64 << 20), observer=observer)
     assert storage.inline_writes
+    storage.inline_write_budget = float("inf")  # a loaded disk must not pause them here
     first = await storage.put("k", b"queued")
     storage.idle = _always
     second = await storage.put("k", b"inline", if_version=first)
