@@ -63,11 +63,11 @@ GROWTH_ONLY: dict[str, str] = {
     "peer.agents_sqlite.history_read": "peer.agents_sqlite.history_read.h{mark}",
     "peer.agents_sqlite.turn": "peer.agents_sqlite.turn.h{mark}",
 }
-# AppendTurn against the write floor the memory group measures in the same run.
+# AppendTurn against its write floor: the echo server's Put of the same request
+# bytes (one fsync'd LMDB put inline, then echo), which the contexts group
+# times in the same rounds as the turns.
 APPEND_TURN_VS_FLOOR = "ratio.append_turn.lmdb_vs_floor"
-# The floor: the echo server's Put of a request of AppendTurn's size (one
-# fsync'd LMDB put inline, then echo), measured by the memory group.
-APPEND_TURN_ROW, WRITE_FLOOR = "ctxd.append_turn.lmdb.h10", "memory.floor.echo_put.turn"
+APPEND_TURN_ROW, WRITE_FLOOR = "ctxd.append_turn.lmdb.h10", "floor.echo_put.turn.lmdb"
 
 # Key index series: growth from INDEX_FROM to INDEX_TO existing contexts.
 INDEX_FROM, INDEX_TO = 1_000, 10_000
@@ -459,7 +459,7 @@ def add_targets(report: Report, targets: tuple[Target, ...] = TARGETS) -> None:
 
 
 def add_floor_ratios(report: Report) -> None:
-    """AppendTurn / (echo + fsync'd put): both sides only exist in a run of both groups."""
+    """AppendTurn / (echo + fsync'd put), when the contexts group ran."""
     if report.get(APPEND_TURN_ROW) is not None or report.get(WRITE_FLOOR) is not None:
         report.add_ratio(APPEND_TURN_VS_FLOOR, APPEND_TURN_ROW, WRITE_FLOOR, group=GROUP)
 

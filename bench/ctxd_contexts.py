@@ -17,6 +17,11 @@ Rows (p50/p99 in µs):
   and the marks are measured interleaved (one turn at each in rotation).
   The growth ratio h10 -> h10000 (target <= 1.15) is derived by
   ``bench.compare`` and is also in the h10000 row's ``extra``;
+* ``floor.echo_put.turn.lmdb``: the write floor AppendTurn is compared with
+  (``bench.compare``): ``bench.echo_server``'s ``Put`` of the same
+  AppendTurnRequest bytes (one fsync'd LMDB put inline, then echo), timed
+  once per round right before the turn at the first mark, so load that
+  drifts during the run hits both sides of the ratio alike (LMDB only);
 * ``ctxd.get_context.incremental.<store>.h<mark>``: right after each of those
   turns, GetContext(SLICE) with ``since_version`` = the version held before
   the turn (what a runtime reads to build its next prompt: just the turn);
@@ -57,7 +62,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from bench.harness import Context, Result, filesystem_of, register, result_from_samples
 from bench.moto_s3 import create_bucket, moto_server, store_uri
@@ -92,6 +97,8 @@ ROW_NAMES: dict[str, str] = {
     "turn_one_call": "ctxd.turn_one_call.{store}.h{mark}",
 }
 CALL_TIMEOUT_S = 30.0
+#: The write floor's row (``bench.compare`` divides AppendTurn's p50 by it).
+WRITE_FLOOR = "floor.echo_put.turn.{store}"
 BUCKET = "bench-contexts"
 
 
@@ -159,11 +166,17 @@ class Bench:
                 ],
             )
 
-    def measure_marks(self, marks: tuple[int, ...], n: int) -> dict[int, dict[str, Result]]:
+    def measure_marks(
+        self, marks: tuple[int, ...], n: int, floor: Callable[[bytes], object] | None = None
+    ) -> tuple[dict[int, dict[str, Result]], list[int]]:
         """``n`` turns at each mark, the marks interleaved (one turn each in
         rotation) so that drift in the machine's load hits all alike; each
         turn is followed by the incremental read a runtime makes next, then
-        by the same turn as one call (AppendTurn carrying that read)."""
+        by the same turn as one call (AppendTurn carrying that read).
+
+        With ``floor`` (the echo server's fsync'd ``Put``), each round also
+        times it on the bytes of the first mark's AppendTurn request, right
+        before that turn; those samples are returned with the rows."""
         plan: dict[int, tuple[list[str], int]] = {}
         held: dict[str, int] = {}
         for mark in marks:
@@ -176,11 +189,17 @@ class Bench:
         pair = [self.user, self.assistant]
         append = self.pb.SLICE_CHANGE_APPEND
         samples = {kind: {mark: [] for mark in marks} for kind in KINDS}
+        floor_ns: list[int] = []
         clock = time.perf_counter_ns
         for i in range(n):
             for mark in marks:
                 convs, _ = plan[mark]
                 cid = convs[i % len(convs)]
+                if floor is not None and mark == marks[0]:
+                    request = self.pb.AppendTurnRequest(context_id=cid, messages=pair)
+                    t0 = clock()
+                    floor(request.SerializeToString())
+                    floor_ns.append(clock() - t0)
                 t0 = clock()
                 self.turn(cid, pair)
                 t1 = clock()
@@ -215,7 +234,28 @@ class Bench:
                 )
                 for kind in KINDS
             }
-        return out
+        return out, floor_ns
+
+
+@contextlib.contextmanager
+def _write_floor(ctx: Context) -> Iterator[Callable[[bytes], object]]:
+    """``bench.echo_server``'s ``Put`` (an fsync'd LMDB put of the request,
+    then echo) on this run's scratch filesystem, as a call taking bytes."""
+    import grpc
+
+    from bench.echo_server import PUT_METHOD
+
+    cmd = python_module_cmd(
+        "bench.echo_server", "--watch-stdin", "--lmdb", ctx.tmpdir(prefix="bench-ctx-echo-put-")
+    )
+    with spawn(cmd) as (_, port):
+        channel = grpc.insecure_channel(f"127.0.0.1:{int(port)}")
+        try:
+            grpc.channel_ready_future(channel).result(timeout=20)
+            put = channel.unary_unary(PUT_METHOD, _registered_method=True)
+            yield lambda request: put(request, timeout=CALL_TIMEOUT_S)
+        finally:
+            channel.close()
 
 
 class BlobReader:
@@ -299,24 +339,39 @@ def _suite(ctx: Context, label: str, store: str, common: dict) -> Iterator[Resul
     biggest = max(marks)
     big_conv = f"{label}-h{biggest}-0"
 
-    with spawn(sidecar_cmd(store)) as (_, port):
+    with contextlib.ExitStack() as stack:
+        _, port = stack.enter_context(spawn(sidecar_cmd(store)))
         channel = open_channel(port)
-        try:
-            b = Bench(context_pb2_grpc.ContextServiceStub(channel), label)
-            for _ in range(20):  # warm the channel and the code paths
-                b.turn(f"{label}-warmup", [b.user, b.assistant])
-            results = b.measure_marks(marks, n)
-            for kind in KINDS:
-                for mark in marks:
-                    res = results[mark][kind]
-                    res.extra.update(common)
-                    if mark == biggest:
-                        growth = res.p50 / results[marks[0]][kind].p50
-                        res.extra[f"growth_vs_h{marks[0]}"] = round(growth, 3)
-                    yield res
-            yield _default_client_read(ctx, b, port, label, common)
-        finally:
-            channel.close()
+        stack.callback(channel.close)
+        floor = None
+        if label == "lmdb":
+            floor = stack.enter_context(_write_floor(ctx))
+        b = Bench(context_pb2_grpc.ContextServiceStub(channel), label)
+        for _ in range(20):  # warm the channel and the code paths
+            b.turn(f"{label}-warmup", [b.user, b.assistant])
+            if floor is not None:
+                floor(b"warm-up")
+        results, floor_ns = b.measure_marks(marks, n, floor)
+        if floor is not None:
+            yield result_from_samples(
+                floor_ns,
+                name=WRITE_FLOOR.format(store=label),
+                group=GROUP,
+                extra={
+                    **common,
+                    "what": "bench.echo_server Put of the first mark's AppendTurnRequest bytes: "
+                    "one fsync'd LMDB put inline, then echo; timed right before that turn",
+                },
+            )
+        for kind in KINDS:
+            for mark in marks:
+                res = results[mark][kind]
+                res.extra.update(common)
+                if mark == biggest:
+                    growth = res.p50 / results[marks[0]][kind].p50
+                    res.extra[f"growth_vs_h{marks[0]}"] = round(growth, 3)
+                yield res
+        yield _default_client_read(ctx, b, port, label, common)
 
     # Restore: a fresh process per sample; the first GetContext restores.
     restore_ns: list[int] = []

@@ -14,9 +14,6 @@ same synchronous client style and deadline as ``bench.floor_grpc``:
   inside a serving gRPC process costs more than that (on the 2-core VM
   about twice as much), so the sum understates what any gRPC server pays
   for a write;
-* ``memory.floor.echo_put.turn``: the same ``Put`` of an AppendTurn request
-  (1 KB user + 1 KB assistant message, as ``bench.ctxd_contexts`` sends),
-  the floor AppendTurn's p50 is compared with (``bench.compare``);
 * ``ctxd.memory.{get,set}.tput.c16``: throughput with 16 concurrent callers
   on one channel, ratio to ``memory.floor.echo.tput.c16`` (target >= 0.8x),
   the three measured in alternating windows.
@@ -61,19 +58,6 @@ FLOOR_ECHO_TPUT = f"memory.floor.echo.tput.c{CALLERS}"
 FLOOR_PUT = "memory.floor.lmdb.put"
 FLOOR_SET = "floor.echo+lmdb.put"
 FLOOR_WRITE = "memory.floor.echo_put.unary"
-FLOOR_WRITE_TURN = "memory.floor.echo_put.turn"
-
-
-def _turn_request(pb) -> bytes:
-    """An AppendTurnRequest as the contexts benchmark sends it (1 KB + 1 KB)."""
-    text = ("lorem ipsum dolor sit amet " * 40)[:1024]
-    return pb.AppendTurnRequest(
-        context_id="bench-h10-0",
-        messages=[
-            pb.Message(user=pb.UserMessage(text=text)),
-            pb.Message(assistant=pb.AssistantMessage(text=text)),
-        ],
-    ).SerializeToString()
 
 
 def _timed_block(fn, n: int, out: list[int]) -> None:
@@ -90,7 +74,7 @@ def ctxd_memory(ctx: Context) -> Iterator[Result]:
     import lmdb
 
     from bench.echo_server import METHOD, PUT_METHOD
-    from sidecar.api.ctxd.v1 import context_pb2, memory_pb2, memory_pb2_grpc
+    from sidecar.api.ctxd.v1 import memory_pb2, memory_pb2_grpc
 
     n = ctx.pick(full=5000, quick=200)
     n_set = ctx.pick(full=2000, quick=100)
@@ -124,7 +108,6 @@ def ctxd_memory(ctx: Context) -> Iterator[Result]:
             echo_call = echo_channel.unary_unary(METHOD, _registered_method=True)
             put_call = echo_channel.unary_unary(PUT_METHOD, _registered_method=True)
             payload = bytes(i % 251 for i in range(100))
-            turn = _turn_request(context_pb2)
             stub = memory_pb2_grpc.MemoryServiceStub(channel)
             stub.Set(memory_pb2.SetRequest(key="bench/get", value_json=VALUE), timeout=10)
             get_req = memory_pb2.GetRequest(key="bench/get")
@@ -139,9 +122,6 @@ def ctxd_memory(ctx: Context) -> Iterator[Result]:
 
             def echo_put() -> object:
                 return put_call(floor_value, timeout=CALL_TIMEOUT_S)
-
-            def echo_put_turn() -> object:
-                return put_call(turn, timeout=CALL_TIMEOUT_S)
 
             def raw_put() -> None:
                 with env.begin(write=True) as txn:
@@ -162,7 +142,6 @@ def ctxd_memory(ctx: Context) -> Iterator[Result]:
                 (FLOOR_ECHO, echo, n),
                 (FLOOR_PUT, raw_put, n_set),
                 (FLOOR_WRITE, echo_put, n_set),
-                (FLOOR_WRITE_TURN, echo_put_turn, n_set),
                 (GET, get, n),
                 (SET, new_set, n_set),
             ]
@@ -201,17 +180,16 @@ def ctxd_memory(ctx: Context) -> Iterator[Result]:
             )
             yield echo_res
             yield put_res
-            for name, size in ((FLOOR_WRITE, len(floor_value)), (FLOOR_WRITE_TURN, len(turn))):
-                yield result_from_samples(
-                    samples[name],
-                    name=name,
-                    group="memory",
-                    extra={
-                        **common,
-                        "request_bytes": size,
-                        "server": "bench.echo_server Put: one fsync'd LMDB put inline, then echo",
-                    },
-                )
+            yield result_from_samples(
+                samples[FLOOR_WRITE],
+                name=FLOOR_WRITE,
+                group="memory",
+                extra={
+                    **common,
+                    "request_bytes": len(floor_value),
+                    "server": "bench.echo_server Put: one fsync'd LMDB put inline, then echo",
+                },
+            )
             yield Result(
                 name=FLOOR_SET,
                 group="memory",

@@ -119,7 +119,7 @@ def test_quick_run_end_to_end(tmp_path):
         "ctxd.turn.lmdb.h1000",
         "ctxd.turn_one_call.lmdb.h1000",
         "memory.floor.echo_put.unary",
-        "memory.floor.echo_put.turn",
+        "floor.echo_put.turn.lmdb",
         "ctxd.get_context.incremental.s3.h1000",
         "ctxd.get_context.default_client.lmdb.mib4",
         "ctxd.get_context.first_slice.lmdb.h1000",

@@ -170,7 +170,7 @@ def test_turn_plan_keeps_each_conversation_near_its_mark():
 def test_write_floor_throughput_and_restore_targets():
     rep = Report()
     rep.add(Result("memory.floor.echo.unary", "memory", "us", 400.0, 800.0, 100))
-    rep.add(Result("memory.floor.echo_put.turn", "memory", "us", 520.0, 900.0, 100))
+    rep.add(Result("floor.echo_put.turn.lmdb", "contexts", "us", 520.0, 900.0, 100))
     rep.add(
         Result(
             "ctxd.memory.get", "memory", "us", 432.0, 900.0, 100, ratio_to="memory.floor.echo.unary"
