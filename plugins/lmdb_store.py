@@ -314,9 +314,14 @@ def _exclusive(path: str):
 
 
 def _put(txn, key: bytes, value: bytes, if_version: str | None, if_absent: bool) -> str:
-    if if_absent or if_version is not None:
+    if if_version is not None:
         check_precondition(_item(txn.get(key)), if_version, if_absent)
-    txn.put(key, value)
+        txn.put(key, value)
+    elif not txn.put(key, value, overwrite=not if_absent):
+        # Create-only in one LMDB call rather than a get and a put: py-lmdb
+        # releases the GIL around each, and in a busy process every release
+        # waits to get it back.
+        raise PreconditionFailed("key already exists")
     return content_version(value)
 
 

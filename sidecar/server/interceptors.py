@@ -315,33 +315,46 @@ class Decode:
         decode = handler.request_deserializer
         if not method.startswith("/ctxd.") or decode is None:
             return handler
+        # Looked up once per method: asking a message without the field costs
+        # an AttributeError on every call.
+        tagged = _names_context(decode)
         inner = getattr(handler, _kind(handler))
         if _is_stream_reply(inner):
 
             async def stream(raw, context):
-                async for item in inner(_decode(decode, raw), context):
+                async for item in inner(_decode(decode, raw, tagged), context):
                     yield item
 
             return _replace(handler, stream, request_deserializer=None)
 
         async def call(raw, context):
-            return await inner(_decode(decode, raw), context)
+            return await inner(_decode(decode, raw, tagged), context)
 
         return _replace(handler, call, request_deserializer=None)
 
 
-def _decode(decode, raw: bytes):
+def _names_context(decode) -> bool:
+    """Whether the requests ``decode`` makes have a ``context_id`` field
+    (true when that cannot be told, e.g. a deserializer that is no
+    message class's ``FromString``)."""
+    descriptor = getattr(getattr(decode, "__self__", None), "DESCRIPTOR", None)
+    fields = getattr(descriptor, "fields_by_name", None)
+    return fields is None or "context_id" in fields
+
+
+def _decode(decode, raw: bytes, tagged: bool):
     try:
         request = decode(raw)
     except DecodeError:
         raise InvalidArgument(
             "request", "is not a valid protobuf message for this method"
         ) from None
-    context_id = getattr(request, "context_id", None)
-    if context_id:
-        record = _CALL.get(None)
-        if record is not None:
-            record.context_id = context_id
+    if tagged:
+        context_id = getattr(request, "context_id", None)
+        if context_id:
+            record = _CALL.get(None)
+            if record is not None:
+                record.context_id = context_id
     return request
 
 
