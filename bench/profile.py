@@ -16,6 +16,12 @@ idempotency key, as the throughput benchmark sends it), ``turn`` (that
 AppendTurn, then the incremental GetContext a runtime makes next). Figures
 from py-spy are samples, not wall time: profiling slows the child, so read
 shares, not microseconds. The raw samples are kept (``--raw``) for a flame graph.
+
+With ``--gil`` py-spy samples only the thread holding the GIL, so samples
+divided by the rate are GIL time: the report adds the microseconds each call
+held it, the figure that bounds a Python server's throughput (one GIL per
+process). Sample slowly for it (``--rate 200``): at high rates py-spy's
+pauses slow the child more than they tell.
 """
 
 from __future__ import annotations
@@ -48,6 +54,9 @@ class Profile:
 
     total: int = 0
     calls: int = 0
+    #: Samples per second, and whether only the GIL holder was sampled.
+    rate: int = 0
+    gil: bool = False
     loop: int = 0
     loop_busy: int = 0
     loop_ours: int = 0
@@ -60,9 +69,9 @@ def _ours(frame: str) -> bool:
     return frame.rpartition(" (")[2].startswith(_OURS)
 
 
-def aggregate(lines: Iterable[str], calls: int) -> Profile:
+def aggregate(lines: Iterable[str], calls: int, rate: int = 0, gil: bool = False) -> Profile:
     """Fold py-spy ``--format raw`` lines (``frame;frame;... count``)."""
-    out = Profile(calls=calls)
+    out = Profile(calls=calls, rate=rate, gil=gil)
     for line in lines:
         stack, _, count = line.rstrip("\n").rpartition(" ")
         if not stack or not count.isdigit():
@@ -99,8 +108,14 @@ def report(p: Profile, top: int = 25) -> str:
         f"{p.loop_busy / calls:.3f} busy samples per call, of which ctxd code "
         f"{p.loop_ours / calls:.3f} ({p.loop_ours / busy:.0%}), gRPC and asyncio the rest",
         f"LMDB writer committing: {p.commit / calls:.3f} samples per call",
-        "ctxd frames on the event loop, inclusive (share of its busy samples):",
     ]
+    if p.gil and p.rate:
+        per_call = 1e6 / p.rate / calls  # microseconds one sample stands for, per call
+        rows.append(
+            f"GIL held: {p.total * per_call:.0f} us per call, {p.loop_busy * per_call:.0f} us "
+            f"of it on the event loop, {p.loop_ours * per_call:.0f} us in ctxd code"
+        )
+    rows.append("ctxd frames on the event loop, inclusive (share of its busy samples):")
     rows += [f"  {n / busy:6.1%}  {f[:110]}" for f, n in p.inclusive.most_common(top)]
     rows.append("ctxd frames, self:")
     rows += [f"  {n / busy:6.1%}  {f[:110]}" for f, n in p.own.most_common(top // 2)]
@@ -153,7 +168,13 @@ def _workload(name: str, port: str, caller: int = 0) -> Callable[[], object]:
 
 
 def run(
-    workload: str, seconds: int, rate: int, native: bool, raw: str | None, callers: int = 1
+    workload: str,
+    seconds: int,
+    rate: int,
+    native: bool,
+    raw: str | None,
+    callers: int = 1,
+    gil: bool = False,
 ) -> Profile:
     spy = shutil.which("py-spy")
     if spy is None:
@@ -174,6 +195,7 @@ def run(
             out = raw or f"{data}/samples.raw"
             args = [spy, "record", "-p", str(proc.pid), "-d", str(seconds), "-r", str(rate)]
             args += ["-f", "raw", "-o", out] + (["--native"] if native else [])
+            args += ["--gil"] if gil else []
             stop = threading.Event()
             calls = [0] * callers
 
@@ -198,7 +220,7 @@ def run(
             # Calls made while py-spy was sampling (it starts within a moment).
             made = int(sum(calls) * min(1.0, seconds / max(time.monotonic() - started, 1e-9)))
             with open(out) as fh:
-                return aggregate(fh, made)
+                return aggregate(fh, made, rate, gil)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -211,10 +233,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--callers", type=int, default=1, help="concurrent callers (threads)")
     ap.add_argument("--native", action="store_true", help="include C frames (slower)")
     ap.add_argument("--raw", metavar="PATH", help="keep py-spy's raw samples here")
+    ap.add_argument(
+        "--gil", action="store_true", help="sample only the GIL holder; report GIL time per call"
+    )
     args = ap.parse_args(argv)
-    if args.callers < 1 or args.seconds < 1:
-        ap.error("--callers and --seconds must be at least 1")
-    profile = run(args.workload, args.seconds, args.rate, args.native, args.raw, args.callers)
+    if args.callers < 1 or args.seconds < 1 or args.rate < 1:
+        ap.error("--callers, --seconds and --rate must be at least 1")
+    profile = run(
+        args.workload, args.seconds, args.rate, args.native, args.raw, args.callers, args.gil
+    )
     print(report(profile))
     return 0
 

@@ -17,7 +17,13 @@ from grpc_status import rpc_status
 
 from sidecar.api.ctxd.v1 import context_pb2 as cpb
 from sidecar.api.ctxd.v1 import memory_pb2
-from sidecar.server.interceptors import HEALTH_WATCH, WATCH_CONTEXT, Pipeline, Registrar
+from sidecar.server.interceptors import (
+    HEALTH_WATCH,
+    WATCH_CONTEXT,
+    Pipeline,
+    Registrar,
+    _names_context,
+)
 from sidecar.server.registration import add_service
 from tests.conftest import FAST_RECONNECT, free_port, wait_serving
 
@@ -263,6 +269,16 @@ def test_services_reach_the_server_as_generic_handlers_only():
     details = type("Details", (), {"method": "/ctxd.v1.MemoryService/Get"})()
     handler = next(h.service(details) for h in server.generic if h.service(details) is not None)
     assert handler.unary_unary(None, None) == "/ctxd.v1.MemoryService/Get"
+
+
+def test_decode_reads_context_ids_only_from_requests_that_have_one():
+    """The access line's context_id comes from the request; a message
+    without the field is not asked on every call (an AttributeError each)."""
+    assert _names_context(cpb.AppendTurnRequest.FromString)
+    assert _names_context(cpb.GetContextRequest.FromString)
+    assert not _names_context(memory_pb2.SetRequest.FromString)
+    assert not _names_context(memory_pb2.GetRequest.FromString)
+    assert _names_context(lambda raw: raw)  # cannot tell: asked at run time
 
 
 def test_a_lone_write_commits_on_the_loop_and_concurrent_ones_group_commit(start_sidecar, tmp_path):
