@@ -282,6 +282,9 @@ def test_watch_prints_events_until_interrupted(served):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # A suite started in the background inherits SIGINT ignored; the
+        # watcher is run as a terminal would run it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()

@@ -283,9 +283,15 @@ def test_decode_reads_context_ids_only_from_requests_that_have_one():
 
 def test_a_lone_write_commits_on_the_loop_and_concurrent_ones_group_commit(start_sidecar, tmp_path):
     """LMDB's transaction ids count commits. One caller at a time: one commit
-    per Set, nearly all made on the event loop. Sixteen callers at once: the writes
-    queue to the writer thread and share commits (the gate must see the
-    calls waiting, or every write would fsync alone on the loop)."""
+    per Set, made on the event loop whenever nothing else is ready there.
+    Sixteen callers at once: the writes queue to the writer thread and share
+    commits (the gate must see the calls waiting, or every write would fsync
+    alone on the loop).
+
+    How many lone writes go inline depends on when gRPC's own callbacks land
+    on the loop (20 of 20 here, 14 on a slower CI machine), so this checks
+    that the server wires its gate to the storage at all; the rule itself
+    (inline only while idle and not paused) is tests/test_storage.py's."""
     import threading
 
     from prometheus_client import REGISTRY
@@ -306,9 +312,7 @@ def test_a_lone_write_commits_on_the_loop_and_concurrent_ones_group_commit(start
     for i in range(20):
         r.memory.Set(memory_pb2.SetRequest(key=f"alone/{i}", value_json="1"), timeout=10)
     assert commits() - before == 20
-    # gRPC's own callbacks are sometimes ready on the loop as a call starts
-    # (a few in a hundred): those writes are queued, as they should be.
-    assert inline_puts() - inline_before >= 15
+    assert inline_puts() - inline_before > 0, "the server never told the storage it was idle"
 
     def caller(n: int) -> None:
         for i in range(25):
