@@ -16,7 +16,8 @@ import time
 import traceback
 from pathlib import Path
 
-from bench.harness import Context, Report, registered_groups, run_suites
+from bench.harness import Context, registered_groups, run_suites
+from bench.report import Report
 
 # Add new suite modules here; order is the order groups run and print in.
 SUITE_MODULES: tuple[str, ...] = (

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench.harness import Report
+from bench.report import Report
 
 GROUP = "compare"
 MARKS: tuple[int, ...] = (10, 1_000, 4_000, 10_000)

@@ -11,14 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.harness import (
-    Report,
-    Result,
-    interleaved_throughput,
-    measure,
-    percentile,
-    throughput,
-)
+from bench.harness import interleaved_throughput, measure, throughput
+from bench.report import Report, Result, percentile
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

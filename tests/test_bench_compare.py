@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from bench import compare, peers
-from bench.harness import Context, Report, Result, register, run_suites
+from bench.harness import Context, register, run_suites
+from bench.report import Report, Result
 
 
 def _series(report: Report, pattern: str, p50s: dict[int, float]) -> None:
