@@ -97,6 +97,33 @@ def test_an_abandoned_call_is_folded_and_still_takes_a_late_result(start_sidecar
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
+def test_a_late_result_between_plan_and_apply_aborts_the_apply(start_sidecar, uri):
+    """The plan folds an abandoned call; its result lands before the apply.
+    Folding the call now would leave the result without it (both providers
+    refuse that), so the apply is ABORTED and nothing changes; a new plan
+    keeps the call with its result."""
+    sc = start_sidecar(uri, compaction__open_call_max_turns=2, contexts__auto_compact=False)
+    append(sc, "job", user("start the export"), assistant("started", ("job-1", "export")))
+    for i in range(4):
+        append(sc, "job", user(f"meanwhile {i}"), assistant(f"answer {i}"))
+    plan = sc.contexts.PlanCompaction(pb.PlanCompactionRequest(context_id="job", keep_last=2))
+    assert plan.fold_count > 0
+    append(sc, "job", tool("job-1", "export", {"rows": 42}))
+    before = sc.contexts.GetContext(pb.GetContextRequest(context_id="job")).context
+    apply = pb.ApplyCompactionRequest(
+        context_id="job", plan_ref=plan.plan_ref, answer='{"facts": ["export started"]}'
+    )
+    with pytest.raises(grpc.RpcError) as err:
+        sc.contexts.ApplyCompaction(apply, timeout=10)
+    assert err.value.code() == grpc.StatusCode.ABORTED
+    assert "job-1" in err.value.details() and "plan again" in err.value.details()
+    after = sc.contexts.GetContext(pb.GetContextRequest(context_id="job")).context
+    assert after.version == before.version and len(after.messages) == len(before.messages)
+    r = compact(sc, "job", keep_last=2)
+    assert r.compacted, r.reason
+    assert_results_follow_their_calls(the_slice(sc, "job"))
+
+
 def test_a_long_agentic_run_is_cut_between_whole_rounds(start_sidecar, uri):
     sc = start_sidecar(uri, contexts__auto_compact=False)
     append(sc, "run", user("migrate every table"))

@@ -50,7 +50,7 @@ from sidecar.core.compaction import (
 )
 from sidecar.core.compaction.view import MessageData, ToolCallData
 from sidecar.core.contexts.archive import new_record
-from sidecar.core.contexts.model import ContextState, Msg
+from sidecar.core.contexts.model import TOOL, ContextState, Msg
 from sidecar.core.contexts.planref import PlanRef, digest
 from sidecar.core.contexts.service import ContextService
 from sidecar.core.contexts.tokens import MESSAGE_OVERHEAD, estimate_text
@@ -111,6 +111,16 @@ class CompactResult:
     reason: str = ""
     summariser: str = ""
     applied: ApplyResult | None = None
+
+
+def _answered_after(msgs: list[Msg], n: int) -> str:
+    """The first call among the first ``n`` messages that a later message
+    answers ("" if none). The cut never folds such a call, but a result can
+    arrive between a plan and its apply (an abandoned call's late result)."""
+    folded = {c.id for m in msgs[:n] for c in m.tool_calls}
+    if not folded:
+        return ""
+    return next((m.call_id for m in msgs[n:] if m.kind == TOOL and m.call_id in folded), "")
 
 
 def cache_effect(st: ContextState, summary: Summary, folded: int) -> CacheEffect:
@@ -277,6 +287,13 @@ class Compactor:
                 raise Conflict(
                     f"context {st.id}: the messages this plan folds changed since version "
                     f"{ref.base} (another compaction or a deletion); plan again"
+                )
+            answered = _answered_after(msgs, n)
+            if answered:
+                raise Conflict(
+                    f"context {st.id}: tool call {answered} that this plan folds got its "
+                    f"result after version {ref.base}, and folding the call would leave the "
+                    "result without it; plan again"
                 )
             folded_tokens = sum(m.tokens for m in msgs[:n])
             abandoned = self._abandoned(msgs, n)
