@@ -104,6 +104,32 @@ def test_a_delete_on_a_never_eats_turns_b_acknowledges(spawn_sidecar, store_uri_
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_a_replica_that_saw_the_delete_sees_the_id_created_again(
+    spawn_sidecar, store_uri_for, backend
+):
+    """A learns of B's delete through a read; B then starts the id afresh.
+    A's reads and changes follow the new conversation, not its deleted copy."""
+    a, b = replicas(spawn_sidecar, store_uri_for(backend))
+    append(a.contexts, "conv", user("one"))
+    append(b.contexts, "conv", user("two"))
+    assert version(a.contexts, "conv") == 2
+    assert b.contexts.DeleteContext(pb.DeleteContextRequest(context_id="conv")).deleted
+    assert rpc_error(full, a.contexts, "conv").code() == grpc.StatusCode.NOT_FOUND
+    for text in ("new 1", "new 2", "new 3"):
+        append(b.contexts, "conv", user(text))
+
+    assert texts(full(a.contexts, "conv")) == ["new 1", "new 2", "new 3"]
+    assert version(a.contexts, "conv") == 3
+    assert rpc_error(full, b.contexts, "other").code() == grpc.StatusCode.NOT_FOUND
+    # A change through A (not a turn) finds the new conversation too.
+    b.contexts.DeleteContext(pb.DeleteContextRequest(context_id="conv"))
+    assert rpc_error(full, a.contexts, "conv").code() == grpc.StatusCode.NOT_FOUND
+    append(b.contexts, "conv", user("newer"))
+    preflight = pb.SetPreflightRequest(context_id="conv", verdict_json='{"ok": true}')
+    assert a.contexts.SetPreflight(preflight).version == 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_delete_checks_expected_version_against_the_store(spawn_sidecar, store_uri_for, backend):
     a, b = replicas(spawn_sidecar, store_uri_for(backend))
     append(a.contexts, "conv", user("v1"))

@@ -192,10 +192,11 @@ class ContextService:
     async def catch_up(self, e: Entry) -> None:
         """Apply what other replicas committed since our copy (lock held)."""
         st = await self.load(e)
-        if st is None or st.deleted:
+        if st is None:
             return
-        if st.head_etag is None:
-            # Not durable here: another replica may have created it since.
+        if st.deleted or st.head_etag is None:
+            # Deleted, or not durable here: another replica may have created
+            # it (again) since.
             e.stale = True
             await self.load(e)
             return
@@ -289,10 +290,15 @@ class ContextService:
         if expected_version is not None and expected_version < 0:
             raise InvalidArgument("expected_version", "must not be negative")
         async with self.registry.use(cid) as e, e.lock:
-            caught_up = False
+            caught_up = reloaded = False
             for attempt in range(COMMIT_ATTEMPTS):
                 st = await self.load(e)
                 if st is None or not st.exists:
+                    if st is not None and self.storage.shared and not reloaded:
+                        # Our copy says deleted; another replica may have
+                        # created the id again since.
+                        reloaded = e.stale = True
+                        continue
                     raise not_found(cid)
                 if expected_version is not None and expected_version != st.version:
                     if expected_version > st.version and not caught_up:
