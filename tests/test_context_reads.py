@@ -56,6 +56,44 @@ def test_a_context_of_many_large_tool_results_reads_in_pages(start_sidecar, stor
         assert all(r.info.version == 2 * rounds + 1 for r in got)
 
 
+JSON_FORMATS = [pb.MESSAGE_FORMAT_CTXD, pb.MESSAGE_FORMAT_OPENAI, pb.MESSAGE_FORMAT_ANTHROPIC]
+
+
+def _strings(value) -> str:
+    """Every string in a JSON value, joined (its texts, whatever the shape)."""
+    if isinstance(value, str):
+        return value + "\n"
+    if isinstance(value, dict):
+        value = list(value.values())
+    return "".join(_strings(v) for v in value) if isinstance(value, list) else ""
+
+
+def test_json_pages_fit_a_default_client_however_the_text_escapes(start_sidecar, tmp_path):
+    """A control character is one byte stored and six in JSON (``\u0001``):
+    pages in a provider's shape are cut by their JSON, and a message too big
+    to fit any JSON reply alone is refused up front, storing nothing."""
+    sc = start_sidecar(f"lmdb://{tmp_path / 'data'}", contexts__auto_compact=False)
+    escapes = "\x01" * (500 * 1024)  # 0.5 MB stored, 3 MB as JSON
+    for i in range(5):
+        append(sc, "ctl", user(f"{i}{escapes}"))
+    for fmt in JSON_FORMATS:
+        got, token = [], ""
+        while True:
+            r = get(sc, "ctl", format=fmt, page_token=token)
+            assert r.ByteSize() < DEFAULT_LIMIT
+            got += json.loads(r.messages_json)
+            if not (token := r.next_page_token):
+                break
+        assert len(got) == 5, fmt
+        assert [_strings(m).count(escapes) for m in got] == [1] * 5, fmt
+    too_big = pb.AppendTurnRequest(context_id="ctl", messages=[user("\x01" * (600 * 1024))])
+    with pytest.raises(grpc.RpcError) as err:
+        sc.contexts.AppendTurn(too_big)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "messages[0]" in err.value.details() and "as JSON" in err.value.details()
+    assert get(sc, "ctl", view=pb.CONTEXT_VIEW_INFO).info.version == 5
+
+
 def test_page_size_and_tokens_stay_put_under_appends(start_sidecar, store_uri_for, backend):
     sc = start_sidecar(store_uri_for(backend))
     for i in range(10):

@@ -113,6 +113,28 @@ def _turn_read(request: pb.AppendTurnRequest) -> _Read:
     return _read_of(read, "read.")
 
 
+#: What a page in a provider's JSON shape may take (messages and system
+#: JSON), under a default client's 4 MiB with room for the rest of the reply.
+JSON_PAGE_BYTES = 3 * 1024 * 1024 + 768 * 1024
+
+
+def _json_page(read: _Read, st, page: views.Page) -> tuple[views.Page, tuple[str, str]]:
+    """``page`` in ``read.fmt``, with fewer messages while its JSON is over
+    :data:`JSON_PAGE_BYTES`: pages are sized by stored bytes, and escaping
+    can take several times as much (``\u0001``, quotes in JSON text)."""
+    request = read.request
+    while True:
+        out = slice_json(read.fmt, st, page, request.cache_breakpoint)
+        count = len(page.messages)
+        if count <= 1 or sum(len(x) for x in out) * 4 <= JSON_PAGE_BYTES:
+            return page, out  # four bytes a character at most: no need to encode
+        if sum(len(x.encode()) for x in out) <= JSON_PAGE_BYTES:
+            return page, out
+        page = views.read(
+            st, read.view, size=count // 2, token=request.page_token, since=read.since
+        )
+
+
 def _serialized(reply: pb.GetContextResponse | bytes) -> bytes:
     return reply if isinstance(reply, bytes) else reply.SerializeToString()
 
@@ -204,6 +226,8 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
         page = views.read(
             st, view, size=request.page_size, token=request.page_token, since=read.since
         )
+        if read.fmt:
+            page, (resp.messages_json, resp.system_json) = _json_page(read, st, page)
         resp.next_page_token = page.next_token
         resp.change = _CHANGE[page.change]
         # Assembled from each message's encoded bytes (see sidecar.server.wire).
@@ -212,9 +236,6 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
             meta.compactions.extend(record_pb(r) for r in self.contexts.compactions(st))
             return wire.full_reply(resp, meta, page.messages)
         if read.fmt:
-            resp.messages_json, resp.system_json = slice_json(
-                read.fmt, st, page, request.cache_breakpoint
-            )
             return resp
         blocks = slice_blocks_pb(st) if page.first else []
         return wire.slice_reply(resp, blocks, page.messages)

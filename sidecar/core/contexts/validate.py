@@ -7,10 +7,12 @@ and runs before anything is written, so bad input never reaches the store.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 
 from sidecar.core.contexts.model import ASSISTANT, KINDS, ROOT_ID, TOOL, Msg
+from sidecar.core.contexts.views import PAGE_BYTES
 from sidecar.core.errors import InvalidArgument
 from sidecar.core.jsonvalue import parse_json
 
@@ -24,6 +26,20 @@ MAX_TASK = 256
 MAX_MODEL_NAME = 256
 MAX_TOOL_CALLS = 128
 MAX_ID_CHARS = 256
+#: A message's text as a JSON string may take at most this (a reply in a
+#: provider's JSON shape holds at least one message and must fit 4 MiB).
+MAX_MESSAGE_JSON_BYTES = PAGE_BYTES
+#: The most one byte of text can take as JSON (``\u0001``).
+JSON_ESCAPE_MAX = 6
+
+
+def json_bytes(m: Msg) -> int:
+    """Bytes of the message's strings written as JSON strings (measured only
+    for large messages: most text escapes to about its own size)."""
+    strings = [m.text, m.content]
+    for c in m.tool_calls:
+        strings += (c.arguments_json, c.name, c.id)
+    return sum(len(json.dumps(x, ensure_ascii=False).encode()) for x in strings if x)
 
 
 def context_id(value: str, field: str = "context_id") -> str:
@@ -78,6 +94,15 @@ def turn(
                 where,
                 f"is {size} bytes of text/JSON; contexts.max_message_bytes is {max_message_bytes}",
             )
+        if size * JSON_ESCAPE_MAX > MAX_MESSAGE_JSON_BYTES:
+            escaped = json_bytes(m)
+            if escaped > MAX_MESSAGE_JSON_BYTES:
+                raise InvalidArgument(
+                    where,
+                    f"takes {escaped} bytes as JSON (a control character takes 6); a message "
+                    f"may take at most {MAX_MESSAGE_JSON_BYTES}, so that a read in a JSON "
+                    "format fits a default client",
+                )
         if m.kind == ASSISTANT:
             if len(m.tool_calls) > MAX_TOOL_CALLS:
                 raise InvalidArgument(
