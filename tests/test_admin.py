@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+import grpc
 import pytest
 
 from sidecar.api.ctxd.v1 import context_pb2 as cpb
@@ -172,6 +173,55 @@ def test_export_import_round_trips_a_compacted_context(served, spawn_sidecar, tm
     # Importing over an existing conversation is refused in one line.
     refused = ctxd("contexts", "import", str(dump), "--address", other.address)
     assert "FAILED_PRECONDITION" in one_line_error(refused)
+
+
+def test_a_context_compacted_next_to_a_tool_round_imports_whole(served, spawn_sidecar, tmp_path):
+    """The kept side starts with a call and its result: the import folds its
+    placeholders at the same place. An import that fails leaves nothing."""
+    stub = served.contexts
+
+    def turn(*messages: cpb.Message) -> None:
+        stub.AppendTurn(cpb.AppendTurnRequest(context_id="round", messages=list(messages)))
+
+    call = cpb.ToolCall(id="X1", name="read", arguments_json='{"p": "/opt/a.txt"}')
+    turn(cpb.Message(user=cpb.UserMessage(text="start with /opt/a.txt")))
+    turn(cpb.Message(assistant=cpb.AssistantMessage(tool_calls=[call])))
+    turn(cpb.Message(tool=cpb.ToolResult(call_id="X1", name="read", text="A content")))
+    turn(cpb.Message(assistant=cpb.AssistantMessage(text="done")))
+    plan = stub.PlanCompaction(cpb.PlanCompactionRequest(context_id="round", keep_last=2))
+    assert plan.fold_count > 0
+    stub.ApplyCompaction(
+        cpb.ApplyCompactionRequest(context_id="round", plan_ref=plan.plan_ref, answer="read a.txt")
+    )
+    exported = ctxd("contexts", "export", "round", "--address", served.address)
+    assert exported.returncode == 0, exported.stderr
+    dump = tmp_path / "round.jsonl"
+    dump.write_text(exported.stdout)
+
+    other = spawn_sidecar("--store", f"lmdb://{tmp_path / 'b'}?map_size=64MiB")
+    imported = ctxd("contexts", "import", str(dump), "--address", other.address)
+    assert imported.returncode == 0, imported.stderr
+    again = ctxd("contexts", "export", "round", "--address", other.address)
+    assert _split(again.stdout)[1] == _split(exported.stdout)[1]
+    assert [_comparable(h) for h in _split(again.stdout)[0]] == [
+        _comparable(h) for h in _split(exported.stdout)[0]
+    ]
+
+    # A failed import (here: a summary whose placeholders cannot be folded,
+    # as every message left is an open call) leaves no half-built context.
+    header, first = exported.stdout.splitlines()[:2]
+    broken = tmp_path / "broken.jsonl"
+    head = {**json.loads(header), "id": "broken", "messages": 1}
+    body = {**json.loads(first), "id": f"m{head['folded'] + 1}"}
+    body.pop("tool", None)
+    body["assistant"] = {"toolCalls": [{"id": "Y1", "name": "wait", "argumentsJson": "{}"}]}
+    broken.write_text(json.dumps(head) + "\n" + json.dumps(body) + "\n")
+    failed = ctxd("contexts", "import", str(broken), "--address", other.address)
+    assert failed.returncode != 0
+    info = cpb.GetContextRequest(context_id="broken", view=cpb.CONTEXT_VIEW_INFO)
+    with pytest.raises(grpc.RpcError) as err:
+        other.running().contexts.GetContext(info)
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
 
 
 def test_import_rejects_a_truncated_file_as_a_usage_error(served, tmp_path):

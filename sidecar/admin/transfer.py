@@ -19,9 +19,14 @@ Import rebuilds the context through the public API only:
   turns, keeping their timestamps;
 * when there was a summary (or anything folded) a compaction planned to
   fold exactly the placeholders is applied with the summary as the answer,
-  so the summary is restored and the messages get their original ids;
+  as soon as enough messages follow them for a valid cut (a user message or
+  a whole tool round), so the summary is restored and the messages get
+  their original ids;
 * the plan is re-created (ids, titles, details) and each item's status,
   note and binding set; the preflight verdict is set.
+
+An import that fails part-way deletes what it created, so it can be run
+again once the cause is fixed.
 
 Not restored: the version and timestamps of the record itself, the
 summary's verbatim ledger (not part of the API), loaded skills (named in the
@@ -31,6 +36,7 @@ header; load them again with LoadSkill) and the compaction archive
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterable, Iterator
 from typing import IO
@@ -151,7 +157,8 @@ def _has_summary(summary: pb.Summary) -> bool:
 
 
 def import_context(client: Client, header: dict, messages: list[pb.Message]) -> dict:
-    """Rebuild one context in a sidecar that does not hold it yet."""
+    """Rebuild one context in a sidecar that does not hold it yet; one that
+    fails half-way is deleted again, so the import can simply be retried."""
     cid = header.get("id") or ""
     existing = client.info(cid)
     if existing is not None and existing.message_count:
@@ -159,6 +166,15 @@ def import_context(client: Client, header: dict, messages: list[pb.Message]) -> 
             f"FAILED_PRECONDITION: context {cid} already exists with "
             f"{existing.message_count} messages; delete it first"
         )
+    try:
+        return _rebuild(client, cid, header, messages)
+    except BaseException:
+        with contextlib.suppress(AdminError):
+            client.delete(cid)
+        raise
+
+
+def _rebuild(client: Client, cid: str, header: dict, messages: list[pb.Message]) -> dict:
     summary = json_format.ParseDict(header.get("summary") or {}, pb.Summary())
     folded = int(header.get("folded") or 0)
     if _has_summary(summary) and not folded:
@@ -184,11 +200,25 @@ def import_context(client: Client, header: dict, messages: list[pb.Message]) -> 
         for start in range(0, folded, TURN):
             n = min(TURN, folded - start)
             append([pb.Message(note=pb.NoteMessage(text=PLACEHOLDER)) for _ in range(n)], False)
-        # One live message after the placeholders, so the cut has a kept side.
-        first, rest = rest[:1], rest[1:]
-        if first:
-            append(first, not rest)
-        _restore_summary(client, cid, summary, folded, len(first))
+        # Live messages one at a time until the placeholders can be folded:
+        # the kept side must open at a user message or a whole tool round,
+        # as it did where the export came from.
+        kept = 0
+        while True:
+            if rest:
+                kept += 1
+                append(rest[:1], len(rest) == 1)
+                rest = rest[1:]
+            plan = client.plan_compaction(cid, keep_last=max(kept, 1))
+            if not plan.nothing_to_do and plan.fold_through_message_id == f"m{folded}":
+                _restore_summary(client, cid, summary, plan)
+                break
+            if not rest:
+                raise AdminError(
+                    f"FAILED_PRECONDITION: context {cid}: cannot fold the {folded} "
+                    f"placeholder(s) to restore the summary "
+                    f"({plan.reason or 'the cut lands elsewhere'})"
+                )
     for start in range(0, len(rest), TURN):
         append(rest[start : start + TURN], start + TURN >= len(rest))
     if header.get("plan"):
@@ -198,13 +228,7 @@ def import_context(client: Client, header: dict, messages: list[pb.Message]) -> 
     return {"id": cid, "messages": len(messages), "folded": folded}
 
 
-def _restore_summary(client: Client, cid: str, summary: pb.Summary, folded: int, kept: int):
-    plan = client.plan_compaction(cid, keep_last=max(kept, 1))
-    if plan.nothing_to_do or plan.fold_through_message_id != f"m{folded}":
-        raise AdminError(
-            f"FAILED_PRECONDITION: context {cid}: cannot fold the {folded} placeholder(s) "
-            f"to restore the summary ({plan.reason or 'the cut lands elsewhere'})"
-        )
+def _restore_summary(client: Client, cid: str, summary: pb.Summary, plan) -> None:
     answer = {
         "goals": list(summary.goals),
         "decisions": list(summary.decisions),
