@@ -39,8 +39,10 @@ def authed(start_sidecar, tmp_path):
         [("authorization", "Bearer wrong")],
         [("authorization", TOKEN)],
         [("authorization", f"Bearer {TOKEN}x")],
+        [("authorization", f"Basic {TOKEN}")],
+        [("authorization", f"Bearer  {TOKEN}")],
     ],
-    ids=["none", "wrong", "no-scheme", "longer"],
+    ids=["none", "wrong", "no-scheme", "longer", "other-scheme", "two-spaces"],
 )
 def test_requests_without_the_right_token_are_unauthenticated(authed, metadata):
     with pytest.raises(grpc.RpcError) as err:
@@ -50,7 +52,8 @@ def test_requests_without_the_right_token_are_unauthenticated(authed, metadata):
 
 
 def test_right_token_is_accepted_and_health_is_exempt(authed):
-    _list(authed.channel, [("authorization", f"Bearer {TOKEN}")])
+    for scheme in ("Bearer", "bearer", "BEARER"):  # a scheme's case does not matter
+        _list(authed.channel, [("authorization", f"{scheme} {TOKEN}")])
     resp = health_pb2_grpc.HealthStub(authed.channel).Check(health_pb2.HealthCheckRequest())
     assert resp.status == health_pb2.HealthCheckResponse.SERVING
 

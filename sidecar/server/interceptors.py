@@ -136,11 +136,12 @@ class Registrar:
 # -- authentication ---------------------------------------------------------------------
 class Auth:
     """Requires ``authorization: Bearer <token>`` on every call but health, before
-    the request is read. The comparison is constant-time; the token never
-    appears in logs or errors."""
+    the request is read. The scheme's case does not matter (RFC 9110 §11.1);
+    the token comparison is constant-time; the token never appears in logs
+    or errors."""
 
     def __init__(self, token: str) -> None:
-        self._expected = f"Bearer {token}".encode()
+        self._expected = token.encode()
 
     def _allowed(self, context: grpc.aio.ServicerContext) -> bool:
         presented = b""
@@ -148,7 +149,8 @@ class Auth:
             if key == "authorization":
                 presented = value.encode() if isinstance(value, str) else value
                 break
-        return hmac.compare_digest(presented, self._expected)
+        scheme, _, token = presented.partition(b" ")
+        return scheme.lower() == b"bearer" and hmac.compare_digest(token, self._expected)
 
     def wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
         if method.startswith(UNAUTHENTICATED_PREFIXES):
