@@ -200,6 +200,9 @@ class ContextInfo:
     message_count: int
     model_window: int
     archived: bool = False
+    #: The incarnation (``ContextState.gen``): versions of a conversation
+    #: deleted and created again start over, so a version alone is ambiguous.
+    incarnation: str = ""
 
 
 class SealedMessages(Protocol):
@@ -338,6 +341,7 @@ class ContextState:
             self.msg_count,
             self.model_window,
             self.archived,
+            self.gen,
         )
 
     def refresh_blocks(self) -> None:

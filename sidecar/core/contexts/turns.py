@@ -60,6 +60,8 @@ class TurnResult:
     loaded_skills: list[SkillRef] = field(default_factory=list)
     #: Referenced names the catalogue does not know.
     unknown_skills: list[str] = field(default_factory=list)
+    #: The incarnation ``version`` belongs to (see :mod:`.views`).
+    incarnation: str = ""
 
 
 class SkillResolver(Protocol):
@@ -124,7 +126,7 @@ class Turns:
                     # A deleted conversation's id starts a new one.
                     st = e.state = svc.new_state(cid, replacing=st)
                 if key and key in st.idem:
-                    return _result(st.idem[key], replayed=True)
+                    return _result(st.idem[key], replayed=True, incarnation=st.gen)
                 if req.expected_version is not None and req.expected_version != st.version:
                     if req.expected_version > st.version and not caught_up and st.head_etag:
                         # The caller saw a newer version (written by another
@@ -161,7 +163,7 @@ class Turns:
                 )
                 if pending is not None and self.skills is not None:
                     self.skills.load_later(cid, pending)
-                return _result(result, loaded=loaded, unknown=unknown)
+                return _result(result, loaded=loaded, unknown=unknown, incarnation=st.gen)
         raise Unavailable(f"context {cid} is being written elsewhere; retry")
 
     async def _preload(
@@ -267,6 +269,7 @@ def _result(
     replayed: bool = False,
     loaded: list[SkillRef] | None = None,
     unknown: list[str] | None = None,
+    incarnation: str = "",
 ) -> TurnResult:
     return TurnResult(
         int(res["version"]),
@@ -276,4 +279,5 @@ def _result(
         replayed,
         list(loaded or ()),
         list(unknown or ()),
+        incarnation,
     )
