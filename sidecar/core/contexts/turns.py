@@ -135,7 +135,9 @@ class Turns:
                         await svc.refresh(e)
                         continue
                     raise stale_version(cid, st.version, req.expected_version)
-                validate.tool_results_answer_calls(req.messages, st.call_ids | st.abandoned.keys())
+                validate.tool_results_answer_calls(
+                    req.messages, st.calls.ids | st.abandoned.keys(), st.calls.answered
+                )
                 if st.head_etag is None:
                     try:
                         await svc.create(st)
@@ -255,7 +257,7 @@ def _restate(st: ContextState, messages: Sequence[Msg]) -> list[Msg]:
     for m in messages:
         if m.kind == ASSISTANT:
             seen.update(c.id for c in m.tool_calls)
-        elif m.kind == TOOL and m.call_id not in seen and m.call_id not in st.call_ids:
+        elif m.kind == TOOL and m.call_id not in seen and m.call_id not in st.calls.ids:
             call = st.abandoned.get(m.call_id)
             if call is not None:
                 out.append(Msg(ASSISTANT, tool_calls=(call,), ts=m.ts))
