@@ -972,7 +972,9 @@ export const ListContextsResponseSchema: GenMessage<ListContextsResponse> = /*@_
  * message over contexts.max_message_bytes (default 1 MiB of text/JSON), a
  * tool call without id or name or with arguments that are not JSON, a tool
  * result whose json is not JSON or whose call_id answers no tool call in
- * the transcript or earlier in the turn. Nothing is stored then.
+ * the transcript or earlier in the turn, or a second result for a call
+ * (OpenAI and Anthropic refuse two results for one call id; a call id used
+ * again by a later call takes a result again). Nothing is stored then.
  *
  * @generated from message ctxd.v1.AppendTurnRequest
  */
