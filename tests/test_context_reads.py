@@ -161,6 +161,50 @@ def test_an_incremental_read_returns_just_the_turn(start_sidecar, store_uri_for,
     assert future.change == pb.SLICE_CHANGE_REPLACE
 
 
+def texts(msgs) -> list[str]:
+    return [m.user.text for m in msgs]
+
+
+def test_a_read_since_a_version_of_a_deleted_conversation_replaces(start_sidecar, store_uri_for):
+    sc = start_sidecar(store_uri_for("lmdb"), contexts__auto_compact=False)
+    delete = pb.DeleteContextRequest(context_id="again")
+    for t in ("old 1", "old 2"):
+        append(sc, "again", user(t))
+    held = get(sc, "again")
+    v, old = held.info.version, held.info.incarnation
+    assert v == 2 and old
+    # Re-created up to the same version: the number alone says "nothing changed".
+    sc.contexts.DeleteContext(delete)
+    for t in ("NEW 1", "NEW 2"):
+        append(sc, "again", user(t))
+    r = get(sc, "again", since_version=v, since_incarnation=old)
+    assert r.change == pb.SLICE_CHANGE_REPLACE, pb.SliceChange.Name(r.change)
+    assert texts(r.slice) == ["NEW 1", "NEW 2"] and r.info.incarnation not in ("", old)
+    # Re-created past it: the number alone says "append the newest message".
+    sc.contexts.DeleteContext(delete)
+    for t in ("NEW 1", "NEW 2", "NEW 3"):
+        append(sc, "again", user(t))
+    r = get(sc, "again", since_version=v, since_incarnation=old)
+    assert r.change == pb.SLICE_CHANGE_REPLACE, pb.SliceChange.Name(r.change)
+    assert texts(r.slice) == ["NEW 1", "NEW 2", "NEW 3"]
+    turn = append(sc, "again", user("NEW 4"), read=slice_read(v, since_incarnation=old))
+    assert turn.read.change == pb.SLICE_CHANGE_REPLACE, pb.SliceChange.Name(turn.read.change)
+    assert texts(turn.read.slice) == ["NEW 1", "NEW 2", "NEW 3", "NEW 4"]
+    assert turn.incarnation == turn.read.info.incarnation == r.info.incarnation
+    # Within one incarnation, incremental reads work as before.
+    nxt = append(
+        sc,
+        "again",
+        user("NEW 5"),
+        read=slice_read(turn.version, since_incarnation=turn.incarnation),
+    )
+    assert nxt.read.change == pb.SLICE_CHANGE_APPEND and texts(nxt.read.slice) == ["NEW 5"]
+    same = get(sc, "again", since_version=nxt.version, since_incarnation=nxt.incarnation)
+    assert same.change == pb.SLICE_CHANGE_NONE
+    # A client that sends no incarnation gets the version alone, as before.
+    assert get(sc, "again", since_version=v).change == pb.SLICE_CHANGE_APPEND
+
+
 def slice_read(since: int | None = None, **kw) -> pb.GetContextRequest:
     if since is not None:
         kw["since_version"] = since
@@ -220,6 +264,8 @@ def test_a_turn_reads_what_goes_to_the_model_next_in_the_same_call(
         (pb.GetContextRequest(format=pb.MESSAGE_FORMAT_OPENAI), "read.format"),
         (slice_read(context_id="other"), "read.context_id"),
         (slice_read(page_token="p1.abc"), "read.page_token"),
+        (slice_read(since_incarnation="ab12cd34"), "read.since_incarnation"),
+        (slice_read(3, since_incarnation="x" * 129), "read.since_incarnation"),
     ],
 )
 def test_a_turn_with_a_bad_read_is_refused_before_anything_is_appended(

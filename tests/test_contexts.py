@@ -118,9 +118,9 @@ def test_append_and_get_round_trips_every_message_kind(sidecar):
     turn = [
         system("be brief"),
         user("what is 2+2?", principal="alice"),
-        assistant("let me check", ("call-1", "calc", '{"expr": "2+2"}')),
+        assistant("let me check", ("call-1", "calc", '{"expr": "2+2"}'), ("call-2", "say", "")),
         tool_json("call-1", "calc", '{"value": 4}'),
-        tool_text("call-1", "calc", "four"),
+        tool_text("call-2", "say", "four"),
         note("user is typing"),
         pb.Message(ts_ms=1234, assistant=pb.AssistantMessage(text="4")),
     ]
@@ -152,6 +152,7 @@ def test_append_and_get_round_trips_every_message_kind(sidecar):
         + estimate("let me check")
         + estimate("calc")
         + estimate('{"expr": "2+2"}')
+        + estimate("say")
         + estimate('{"value": 4}')
         + estimate("four")
         + estimate("user is typing")

@@ -69,6 +69,11 @@ BAD_TURNS = [
     ("empty tool result JSON", [tool_json("call-1", "f", "")], "messages[0].tool.json"),
     ("unknown call id", [user("u"), tool_text("nope", "f", "x")], "messages[1].tool.call_id"),
     (
+        "two results for one call",
+        [assistant("", ("c9", "f", "{}")), tool_text("c9", "f", "x"), tool_text("c9", "f", "y")],
+        "messages[2].tool.call_id",
+    ),
+    (
         "result before its call",
         [tool_text("c9", "f", "x"), assistant("", ("c9", "f", "{}"))],
         "messages[0].tool.call_id",

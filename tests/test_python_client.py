@@ -170,6 +170,30 @@ def test_a_whole_turn_is_one_call(client):
     assert as_openai.next.messages == [{"role": "user", "content": "hi"}]
 
 
+def test_a_re_created_conversation_replaces_what_was_held(client):
+    say = [{"user": {"text": "old"}}]
+    client.append_turn("again", say)
+    client.append_turn("again", say)
+    held = client.slice("again")
+    client.delete("again")
+    for t in ("a", "b", "c"):
+        client.append_turn("again", [{"user": {"text": t}}])
+    # The version held carries its incarnation: no change to the caller's code.
+    delta = client.slice("again", since_version=held.version)
+    assert delta.change == "replace", delta.change
+    assert [m.user.text for m in delta.messages] == ["a", "b", "c"]
+    t = client.turn("again", [{"user": {"text": "d"}}], since_version=held.version)
+    assert t.next.change == "replace" and len(t.next.messages) == 4
+    t = client.turn("again", [{"user": {"text": "e"}}], since_version=t.next.version)
+    assert t.next.change == "append" and [m.user.text for m in t.next.messages] == ["e"]
+    # A plain int compares the version alone, unless its incarnation goes with it.
+    v = int(held.version)
+    assert client.slice("again", since_version=v).change == "append"
+    r = client.slice("again", since_version=v, since_incarnation=held.version.incarnation)
+    assert r.change == "replace"
+    assert t.appended.incarnation == t.next.version.incarnation != held.version.incarnation
+
+
 def _run_compacting(client, op, cid: str, after_calls: int):
     """Drive a client op by hand, compacting ``cid`` once ``after_calls``
     replies came back: the next page token is stale, and the op must start

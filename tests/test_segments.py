@@ -8,6 +8,7 @@ import json
 import pytest
 
 from plugins.memory_store import MemoryStore
+from sidecar.core.contexts.calls import CallBook
 from sidecar.core.contexts.model import (
     ASSISTANT,
     CONVERSATION,
@@ -110,7 +111,8 @@ async def test_a_context_sealed_in_the_first_format_restores() -> None:
     await store.storage.put(key, format_1(st.id, st.gen, msgs))
     back = await store.restore("c")
     assert [fields(m) for m in back.messages] == [fields(m) for m in msgs]
-    assert back.call_ids == {"c1", "c2", "c3"}
+    assert back.calls == st.calls
+    assert back.calls.ids == back.calls.answered == {"c1", "c2", "c3"}
     assert back.memory_bytes == st.memory_bytes
 
 
@@ -135,7 +137,8 @@ async def test_a_restore_builds_the_messages_on_first_read(fmt, live_from) -> No
     back = await store.restore("c")
     assert back.unbuilt if fmt == "columns" else True
     assert back.memory_bytes == st.memory_bytes == sum(m.memory_bytes for m in live)
-    assert back.call_ids == st.call_ids == {c.id for m in live for c in m.tool_calls}
+    assert back.calls == st.calls == CallBook.of(live)
+    assert back.calls.ids == {c.id for m in live for c in m.tool_calls}
     assert [fields(m) for m in back.messages] == [fields(m) for m in live]
     assert not back.unbuilt
 

@@ -127,6 +127,7 @@ def info_to_pb(i: ContextInfo) -> pb.ContextInfo:
         message_count=i.message_count,
         model_window=i.model_window,
         archived=i.archived,
+        incarnation=i.incarnation,
     )
 
 

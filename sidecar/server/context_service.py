@@ -73,6 +73,8 @@ class _Read:
     #: ``latest`` for ContextService.get (None: the configured default).
     latest: bool | None
     since: int | None
+    #: The incarnation ``since`` belongs to ("": not sent, the version alone decides).
+    incarnation: str
     #: "" or a provider format of the slice.
     fmt: str
 
@@ -91,6 +93,18 @@ def _read_of(request: pb.GetContextRequest, field: str = "") -> _Read:
     since = request.since_version if request.HasField("since_version") else None
     if since is not None and since < 0:
         raise InvalidArgument(f"{field}since_version", "must not be negative")
+    incarnation = request.since_incarnation
+    if incarnation and since is None:
+        raise InvalidArgument(
+            f"{field}since_incarnation",
+            "goes with since_version (the incarnation of the version held); set both or neither",
+        )
+    if len(incarnation) > views.MAX_INCARNATION:
+        raise InvalidArgument(
+            f"{field}since_incarnation",
+            f"is {len(incarnation)} characters; send back the ContextInfo.incarnation a read "
+            "returned",
+        )
     if request.page_size < 0:
         raise InvalidArgument(f"{field}page_size", "must not be negative")
     fmt = FORMAT_FROM_PB.get(request.format)
@@ -98,7 +112,7 @@ def _read_of(request: pb.GetContextRequest, field: str = "") -> _Read:
         raise InvalidArgument(f"{field}format", f"unknown message format {request.format}")
     if fmt and view != views.SLICE:
         raise InvalidArgument(f"{field}format", "goes with CONTEXT_VIEW_SLICE")
-    return _Read(request, view, latest, since, fmt)
+    return _Read(request, view, latest, since, incarnation, fmt)
 
 
 def _turn_read(request: pb.AppendTurnRequest) -> _Read:
@@ -190,6 +204,7 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
             replayed=r.replayed,
             unknown_skills=r.unknown_skills,
             loaded_skills=[pb.SkillRef(name=s.name, hash=s.hash) for s in r.loaded_skills],
+            incarnation=r.incarnation,
         )
         if read is None:
             return reply
@@ -224,7 +239,12 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
         if view == "info":
             return resp
         page = views.read(
-            st, view, size=request.page_size, token=request.page_token, since=read.since
+            st,
+            view,
+            size=request.page_size,
+            token=request.page_token,
+            since=read.since,
+            incarnation=read.incarnation,
         )
         if read.fmt:
             page, (resp.messages_json, resp.system_json) = _json_page(read, st, page)

@@ -6,7 +6,7 @@ are ``CtxdError`` subclasses per gRPC status, with the google.rpc details.
 
 from ctxd_client._api.ctxd.v1 import context_pb2, memory_pb2
 from ctxd_client._base import Retry
-from ctxd_client._ops import SliceDelta, SliceMessages, Turn, to_dict, to_pb
+from ctxd_client._ops import SliceDelta, SliceMessages, Turn, Version, to_dict, to_pb
 from ctxd_client._watch import AsyncWatch, Watch
 from ctxd_client.aio import AsyncClient
 from ctxd_client.client import Client
@@ -62,6 +62,7 @@ __all__ = [
     "Unavailable",
     "Unimplemented",
     "Unknown",
+    "Version",
     "Watch",
     "context_pb2",
     "from_rpc_error",

@@ -134,6 +134,7 @@ class _Verbs:
         messages: Iterable[Mapping | pb.Message] | str,
         *,
         since_version: int,
+        since_incarnation: str | None = None,
         format: str = "ctxd",
         cache_breakpoint: bool = False,
         page_size: int = 0,
@@ -151,12 +152,14 @@ class _Verbs:
         ``since_version`` the caller holds (as :meth:`slice`). ``.appended``
         is the AppendTurnResponse, ``.next`` the SliceDelta: with "append",
         extend what you hold with ``.next.messages`` (your turn as stored,
-        ids included); with "replace", hold ``.next.messages`` instead."""
+        ids included); with "replace", hold ``.next.messages`` instead;
+        pass ``.next.version`` as the next ``since_version``."""
         return self._run(
             ops.turn(
                 context_id,
                 messages,
                 since_version=since_version,
+                since_incarnation=since_incarnation,
                 format=format,
                 cache_breakpoint=cache_breakpoint,
                 page_size=page_size,
@@ -176,6 +179,7 @@ class _Verbs:
         context_id: str,
         *,
         since_version: int | None = None,
+        since_incarnation: str | None = None,
         format: str = "ctxd",
         consistency: int | str | None = None,
         page_size: int = 0,
@@ -185,12 +189,19 @@ class _Verbs:
         """The slice to send to a model, every page; with ``since_version``
         a SliceDelta saying whether to append or replace what the caller holds.
 
+        Pass the ``.version`` a slice or turn returned: it carries the
+        conversation's incarnation, so one deleted and created again since
+        is answered "replace". A plain int compares the version alone, unless
+        ``since_incarnation`` (``ContextInfo.incarnation``,
+        ``AppendTurnResponse.incarnation``) goes with it.
+
         With a provider ``format`` the messages are that provider's dicts (pages
         joined as the API says) and ``.system`` Anthropic's system blocks."""
         return self._run(
             ops.slice_(
                 context_id,
                 since_version=since_version,
+                since_incarnation=since_incarnation,
                 format=format,
                 consistency=consistency,
                 page_size=page_size,

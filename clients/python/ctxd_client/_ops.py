@@ -38,8 +38,42 @@ class Call:
 Op = Generator[Call, Any, Any]
 
 
+class Version(int):
+    """A context version that knows its incarnation (ContextInfo.incarnation).
+
+    A conversation deleted and created again starts its versions over, so
+    the number alone may name a point of the old transcript. Passed back as
+    ``since_version``, the incarnation rides along and a re-created
+    conversation is answered "replace". Otherwise an ordinary int.
+    """
+
+    incarnation: str
+
+    def __new__(cls, value: int, incarnation: str = "") -> Version:
+        self = super().__new__(cls, value)
+        self.incarnation = incarnation
+        return self
+
+    def __reduce__(self):  # copy and pickle keep the incarnation
+        return (Version, (int(self), self.incarnation))
+
+
+def _since(read: pb.GetContextRequest, version: int, incarnation: str | None) -> None:
+    """Sets since_version, and since_incarnation from ``incarnation`` or the
+    :class:`Version` passed (empty for a plain int: the version alone decides)."""
+    read.since_version = version
+    inc = getattr(version, "incarnation", "") if incarnation is None else incarnation
+    if inc and _has(pb.GetContextRequest, "since_incarnation"):
+        read.since_incarnation = inc  # type: ignore[attr-defined]
+
+
+def _version_of(info: Any) -> Version:
+    return Version(info.version, getattr(info, "incarnation", ""))
+
+
 class SliceMessages(list):
-    """The whole slice: a list of messages, with the version it reflects.
+    """The whole slice: a list of messages, with the version it reflects
+    (a :class:`Version`: pass it back as ``since_version``).
 
     ``system`` is the provider's separate system prompt (format "anthropic");
     None otherwise.
@@ -51,7 +85,8 @@ class SliceMessages(list):
 
 @dataclass
 class SliceDelta:
-    """An incremental read: ``change`` is "none", "append" or "replace"."""
+    """An incremental read: ``change`` is "none", "append" or "replace";
+    ``version`` a :class:`Version` to pass back as ``since_version``."""
 
     change: str
     version: int
@@ -171,6 +206,7 @@ def turn(
     messages: Iterable[Mapping | PbMessage] | str,
     *,
     since_version: int,
+    since_incarnation: str | None = None,
     format: str = "ctxd",
     cache_breakpoint: bool = False,
     page_size: int = 0,
@@ -182,7 +218,7 @@ def turn(
     ``options`` are those of :func:`append_turn`."""
     req = _turn_request(context_id, messages, format=format, **options)
     read = _slice_request(context_id, format, None, page_size, cache_breakpoint)
-    read.since_version = since_version
+    _since(read, since_version, since_incarnation)
     if _has(pb.AppendTurnRequest, "read"):
         req.read.CopyFrom(read)  # type: ignore[attr-defined]
     appended = yield Call(CONTEXT, "AppendTurn", req, retry=True)
@@ -196,19 +232,25 @@ def _paged_context(req: pb.GetContextRequest, first: Any = None) -> Generator[Ca
     """All pages of one GetContext read (continuing from ``first`` when the
     first page came some other way, e.g. with a turn); starts again from the
     first page if a page token goes stale. ``since_version`` goes with the
-    first page only (later pages of a replacement continue from the token)."""
+    first page only, with its since_incarnation (later pages of a replacement
+    continue from the token)."""
     since = req.since_version if req.HasField("since_version") else None
+    incarnation = req.since_incarnation
     for attempt in range(PAGE_RESTARTS + 1):
         pages: list = [] if first is None else [first]
         req.page_token = ""
         if since is not None:
             req.since_version = since
+            if incarnation:
+                req.since_incarnation = incarnation  # type: ignore[attr-defined]
         try:
             if not pages:
                 pages.append((yield Call(CONTEXT, "GetContext", req, retry=True)))
             while pages[-1].next_page_token:
                 req.page_token = pages[-1].next_page_token
                 req.ClearField("since_version")
+                if incarnation:
+                    req.ClearField("since_incarnation")
                 pages.append((yield Call(CONTEXT, "GetContext", req, retry=True)))
             return pages
         except Aborted:
@@ -286,7 +328,7 @@ def _slice_result(pages: list, format: str, *, incremental: bool) -> Any:
             if page.system_json:
                 blocks = _blocks(json.loads(page.system_json))
                 system = blocks if system is None else system + blocks
-    version = pages[0].info.version
+    version = _version_of(pages[0].info)
     if incremental:
         return SliceDelta(_CHANGE.get(pages[0].change, "replace"), version, messages, system)
     out = SliceMessages(messages)
@@ -298,6 +340,7 @@ def slice_(
     context_id: str,
     *,
     since_version: int | None = None,
+    since_incarnation: str | None = None,
     format: str = "ctxd",
     consistency: int | str | None = None,
     page_size: int = 0,
@@ -305,7 +348,7 @@ def slice_(
 ) -> Op:
     req = _slice_request(context_id, format, consistency, page_size, cache_breakpoint)
     if since_version is not None:
-        req.since_version = since_version
+        _since(req, since_version, since_incarnation)
     return (yield from _slice_pages(req, format))
 
 

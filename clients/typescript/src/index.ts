@@ -72,9 +72,14 @@ export type MessageInput =
 
 export type SliceChange = "none" | "append" | "replace";
 
-/** The whole slice, and the version it reflects. */
+/**
+ * The whole slice, and the version it reflects. ``incarnation`` names the conversation's
+ * incarnation (one deleted and created again starts its versions over): pass it back as
+ * ``sinceIncarnation`` with ``sinceVersion``.
+ */
 export interface Slice {
   version: bigint;
+  incarnation: string;
   messages: pb.Message[];
 }
 
@@ -89,6 +94,20 @@ export interface Turn {
   next: SliceDelta;
 }
 
+/**
+ * What an incremental read holds: a version and its incarnation (``Slice.incarnation``,
+ * ``AppendTurnResponse.incarnation``). Without ``sinceIncarnation`` the version alone decides, and
+ * a conversation deleted and created again may read as "append" against the old transcript.
+ */
+export interface Since {
+  sinceVersion: number | bigint;
+  sinceIncarnation?: string;
+}
+
+function versionOf(page: pb.GetContextResponse): { version: bigint; incarnation: string } {
+  return { version: page.info?.version ?? 0n, incarnation: page.info?.incarnation ?? "" };
+}
+
 const CHANGES: Record<number, SliceChange> = {
   [pb.SliceChange.NONE]: "none",
   [pb.SliceChange.APPEND]: "append",
@@ -101,6 +120,7 @@ export type ProviderFormat = "openai" | "anthropic";
 /** The slice in a provider's shape; ``system`` is its separate system prompt (anthropic). */
 export interface ProviderSlice {
   version: bigint;
+  incarnation: string;
   messages: unknown[];
   system: unknown;
   change?: SliceChange;
@@ -242,20 +262,27 @@ export class CtxdClient {
    * A runtime's whole turn in one round trip: appends the turn (as ``appendTurn``) and reads what
    * changed in the slice since ``sinceVersion`` (AppendTurnRequest.read). With "append", push
    * ``next.messages`` (your turn as stored, ids included) onto what you hold; with "replace", hold
-   * them instead. Later pages of a replaced slice come from GetContext.
+   * them instead. Later pages of a replaced slice come from GetContext. Send ``sinceIncarnation``
+   * (``incarnation`` of what you hold) so a conversation deleted and created again is "replace".
    */
   async turn(
     contextId: string,
     messages: MessageInput[],
-    options: { sinceVersion: number | bigint; pageSize?: number } & TurnOptions & Call,
+    options: Since & { pageSize?: number } & TurnOptions & Call,
   ): Promise<Turn> {
-    const read = { contextId, view: pb.ContextView.SLICE, sinceVersion: big(options.sinceVersion), pageSize: options.pageSize };
+    const read = {
+      contextId,
+      view: pb.ContextView.SLICE,
+      sinceVersion: big(options.sinceVersion),
+      sinceIncarnation: options.sinceIncarnation,
+      pageSize: options.pageSize,
+    };
     const req = turnRequest(contextId, messages, options);
     req.read = create(pb.GetContextRequestSchema, read);
     const appended = await this.unary((o) => this.contexts.appendTurn(req, o), options, true);
     // Later pages continue the turn's read; a sidecar without it (an older API) is read here whole.
     const pages = await this.pages(read, options, appended.read);
-    const next = { version: pages[0].info?.version ?? 0n, messages: pages.flatMap((p) => p.slice) };
+    const next = { ...versionOf(pages[0]), messages: pages.flatMap((p) => p.slice) };
     return { appended, next: { ...next, change: CHANGES[pages[0].change] ?? "replace" } };
   }
 
@@ -294,7 +321,7 @@ export class CtxdClient {
   async providerSlice(
     contextId: string,
     format: ProviderFormat,
-    options: { sinceVersion?: number | bigint; pageSize?: number; cacheBreakpoint?: boolean } & Call = {},
+    options: Partial<Since> & { pageSize?: number; cacheBreakpoint?: boolean } & Call = {},
   ): Promise<ProviderSlice> {
     const value = providerFormat(format, pb.GetContextResponseSchema, "messages_json");
     const init: Record<string, unknown> = {
@@ -302,6 +329,7 @@ export class CtxdClient {
       view: pb.ContextView.SLICE,
       pageSize: options.pageSize,
       sinceVersion: big(options.sinceVersion),
+      sinceIncarnation: options.sinceIncarnation,
     };
     const field = pb.GetContextRequestSchema.fields.find((f) => f.name === "format");
     if (field) init[field.localName] = value;
@@ -316,14 +344,14 @@ export class CtxdClient {
       const sys = getField(page, pb.GetContextResponseSchema, "system_json");
       if (sys) system = [...((system as unknown[] | undefined) ?? []), ...blocks(JSON.parse(sys))];
     }
-    const out: ProviderSlice = { version: pages[0].info?.version ?? 0n, messages, system };
+    const out: ProviderSlice = { ...versionOf(pages[0]), messages, system };
     if (options.sinceVersion !== undefined) out.change = CHANGES[pages[0].change] ?? "replace";
     return out;
   }
 
   // Every page of one GetContext read (continuing from ``first`` when the first page came some
   // other way, e.g. with a turn); starts again from the first page when a compaction made a page
-  // token stale. ``sinceVersion`` goes with the first page only.
+  // token stale. ``sinceVersion`` and ``sinceIncarnation`` go with the first page only.
   private async pages(
     init: MessageInitShape<typeof pb.GetContextRequestSchema>,
     call?: Call,
@@ -337,6 +365,7 @@ export class CtxdClient {
         while (pages[pages.length - 1].nextPageToken) {
           req.pageToken = pages[pages.length - 1].nextPageToken;
           req.sinceVersion = undefined; // later pages continue the token
+          req.sinceIncarnation = "";
           pages.push(await this.unary((o) => this.contexts.getContext(req, o), call, true));
         }
         return pages;
@@ -348,16 +377,13 @@ export class CtxdClient {
     }
   }
 
+  /** What changed since ``sinceVersion`` (of ``sinceIncarnation``): append or replace what you hold. */
+  async slice(contextId: string, options: Since & { pageSize?: number } & Call): Promise<SliceDelta>;
   /** The slice to send to a model (all pages). */
   async slice(contextId: string, options?: { pageSize?: number } & Call): Promise<Slice>;
-  /** What changed since ``sinceVersion``: append or replace what you hold. */
   async slice(
     contextId: string,
-    options: { sinceVersion: number | bigint; pageSize?: number } & Call,
-  ): Promise<SliceDelta>;
-  async slice(
-    contextId: string,
-    options: { sinceVersion?: number | bigint; pageSize?: number } & Call = {},
+    options: Partial<Since> & { pageSize?: number } & Call = {},
   ): Promise<Slice | SliceDelta> {
     const pages = await this.pages(
       {
@@ -365,10 +391,11 @@ export class CtxdClient {
         view: pb.ContextView.SLICE,
         pageSize: options.pageSize,
         sinceVersion: big(options.sinceVersion),
+        sinceIncarnation: options.sinceIncarnation,
       },
       options,
     );
-    const out: Slice = { version: pages[0].info?.version ?? 0n, messages: pages.flatMap((p) => p.slice) };
+    const out: Slice = { ...versionOf(pages[0]), messages: pages.flatMap((p) => p.slice) };
     if (options.sinceVersion === undefined) return out;
     return { ...out, change: CHANGES[pages[0].change] ?? "replace" };
   }

@@ -63,6 +63,30 @@ test("a whole turn in one call: append, then what changed in the slice", async (
   await client.delete(cid);
 });
 
+test("a conversation deleted and created again is replaced, not appended to", async () => {
+  const cid = `${run}-again`;
+  const text = (m: pb.Message) => (m.kind.case === "user" ? m.kind.value.text : "");
+  for (const t of ["old 1", "old 2"]) await client.appendTurn(cid, [{ user: { text: t } }]);
+  const held = await client.slice(cid);
+  assert.ok(held.incarnation);
+  await client.delete(cid);
+  for (const t of ["a", "b", "c"]) await client.appendTurn(cid, [{ user: { text: t } }]);
+  const since = { sinceVersion: held.version, sinceIncarnation: held.incarnation };
+  const delta = await client.slice(cid, { ...since, pageSize: 2 });
+  assert.equal(delta.change, "replace");
+  assert.deepEqual(delta.messages.map(text), ["a", "b", "c"]);
+  const t = await client.turn(cid, [{ user: { text: "d" } }], since);
+  assert.equal(t.next.change, "replace");
+  assert.deepEqual(t.next.messages.map(text), ["a", "b", "c", "d"]);
+  assert.equal(t.appended.incarnation, t.next.incarnation);
+  const next = await client.turn(cid, [{ user: { text: "e" } }], {
+    sinceVersion: t.next.version,
+    sinceIncarnation: t.next.incarnation,
+  });
+  assert.equal(next.next.change, "append");
+  assert.deepEqual(next.next.messages.map(text), ["e"]);
+});
+
 test("compaction by the runtime's own model, then expanded", async () => {
   const cid = `${run}-cmp`;
   for (let i = 0; i < 8; i += 1) await client.appendTurn(cid, turn(i));

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sidecar.core.compaction.summary import Summary
+from sidecar.core.contexts.calls import CallBook
 from sidecar.core.contexts.tokens import DEFAULT_MODEL_WINDOW, Calibration
 from sidecar.core.estimate import MESSAGE_OVERHEAD, estimate_message, estimate_text
 from sidecar.core.plan import Plan
@@ -200,6 +201,9 @@ class ContextInfo:
     message_count: int
     model_window: int
     archived: bool = False
+    #: The incarnation (``ContextState.gen``): versions of a conversation
+    #: deleted and created again start over, so a version alone is ambiguous.
+    incarnation: str = ""
 
 
 class SealedMessages(Protocol):
@@ -207,7 +211,7 @@ class SealedMessages(Protocol):
     (``segments.SealedRun``): what the state needs of them before then."""
 
     def memory_bytes(self) -> int: ...
-    def call_ids(self) -> list[str]: ...
+    def tool_ids(self) -> list[tuple[str, bool]]: ...
     def build(self) -> list[Msg]: ...
 
 
@@ -256,8 +260,8 @@ class ContextState:
     block_tokens: int = 0
     #: Approximate memory held (for the cache's byte cap).
     memory_bytes: int = 0
-    #: Tool call ids of the live transcript (tool results must name one).
-    call_ids: set[str] = field(default_factory=set)
+    #: Tool calls of the live transcript, and which have their result.
+    calls: CallBook = field(default_factory=CallBook)
     #: Calls folded by compaction without a result (abandoned): a late result
     #: is still accepted, with the call restated before it.
     abandoned: dict[str, ToolCall] = field(default_factory=dict)
@@ -338,6 +342,7 @@ class ContextState:
             self.msg_count,
             self.model_window,
             self.archived,
+            self.gen,
         )
 
     def refresh_blocks(self) -> None:
@@ -364,8 +369,7 @@ class ContextState:
         if self.loaded:
             self.built.append(m)  # after any unbuilt runs: those are older
             self.memory_bytes += m.memory_bytes
-            for c in m.tool_calls:
-                self.call_ids.add(c.id)
+            self.calls.add(m)
         self.msg_count += 1
         self.msg_tokens += m.tokens
         self.unsealed_bytes += m.size_bytes
@@ -376,7 +380,8 @@ class ContextState:
         added yet; already in the head's counters)."""
         self.unbuilt.append(run)
         self.memory_bytes += run.memory_bytes()
-        self.call_ids.update(run.call_ids())
+        for call_id, result in run.tool_ids():
+            self.calls.track(call_id, result=result)
 
     def unsealed(self) -> list[Msg]:
         """The messages after ``sealed_through`` (never in an unbuilt run)."""
@@ -408,7 +413,7 @@ class ContextState:
             if m.seq > self.sealed_through:
                 self.unsealed_bytes -= m.size_bytes
         if folded:
-            self.call_ids = {c.id for m in self.messages for c in m.tool_calls}
+            self.calls = CallBook.of(self.messages)
         self.live_from = max(self.live_from, through_seq + 1)
         return folded
 

@@ -137,8 +137,13 @@ class BuiltRun:
     def memory_bytes(self) -> int:
         return sum([m.memory_bytes for m in self.msgs])
 
-    def call_ids(self) -> list[str]:
-        return [c.id for m in self.msgs for c in m.tool_calls]
+    def tool_ids(self) -> list[tuple[str, bool]]:
+        out: list[tuple[str, bool]] = []
+        for m in self.msgs:
+            out += [(c.id, False) for c in m.tool_calls]
+            if m.call_id:
+                out.append((m.call_id, True))
+        return out
 
     def build(self) -> list[Msg]:
         return self.msgs
@@ -173,8 +178,16 @@ class SealedRun:
                     n += len(c[0]) + len(c[1]) + len(c[2]) + 64
         return n
 
-    def call_ids(self) -> list[str]:
-        return [c[0] for k, x in self.extra.items() if k >= self.start for c in x.get("calls", ())]
+    def tool_ids(self) -> list[tuple[str, bool]]:
+        """Tool call ids (False) and the ids tool results answer (True), in
+        transcript order, from the rare fields alone."""
+        out: list[tuple[str, bool]] = []
+        for k in sorted(k for k in self.extra if k >= self.start):
+            x = self.extra[k]
+            out += [(c[0], False) for c in x.get("calls", ())]
+            if "call_id" in x:
+                out.append((x["call_id"], True))
+        return out
 
     def build(self) -> list[Msg]:
         s, blob, ends, extra, kinds = self.start, self.blob, self.ends, self.extra, _KINDS

@@ -60,6 +60,8 @@ class TurnResult:
     loaded_skills: list[SkillRef] = field(default_factory=list)
     #: Referenced names the catalogue does not know.
     unknown_skills: list[str] = field(default_factory=list)
+    #: The incarnation ``version`` belongs to (see :mod:`.views`).
+    incarnation: str = ""
 
 
 class SkillResolver(Protocol):
@@ -124,7 +126,7 @@ class Turns:
                     # A deleted conversation's id starts a new one.
                     st = e.state = svc.new_state(cid, replacing=st)
                 if key and key in st.idem:
-                    return _result(st.idem[key], replayed=True)
+                    return _result(st.idem[key], replayed=True, incarnation=st.gen)
                 if req.expected_version is not None and req.expected_version != st.version:
                     if req.expected_version > st.version and not caught_up and st.head_etag:
                         # The caller saw a newer version (written by another
@@ -133,7 +135,9 @@ class Turns:
                         await svc.refresh(e)
                         continue
                     raise stale_version(cid, st.version, req.expected_version)
-                validate.tool_results_answer_calls(req.messages, st.call_ids | st.abandoned.keys())
+                validate.tool_results_answer_calls(
+                    req.messages, st.calls.ids | st.abandoned.keys(), st.calls.answered
+                )
                 if st.head_etag is None:
                     try:
                         await svc.create(st)
@@ -161,7 +165,7 @@ class Turns:
                 )
                 if pending is not None and self.skills is not None:
                     self.skills.load_later(cid, pending)
-                return _result(result, loaded=loaded, unknown=unknown)
+                return _result(result, loaded=loaded, unknown=unknown, incarnation=st.gen)
         raise Unavailable(f"context {cid} is being written elsewhere; retry")
 
     async def _preload(
@@ -253,7 +257,7 @@ def _restate(st: ContextState, messages: Sequence[Msg]) -> list[Msg]:
     for m in messages:
         if m.kind == ASSISTANT:
             seen.update(c.id for c in m.tool_calls)
-        elif m.kind == TOOL and m.call_id not in seen and m.call_id not in st.call_ids:
+        elif m.kind == TOOL and m.call_id not in seen and m.call_id not in st.calls.ids:
             call = st.abandoned.get(m.call_id)
             if call is not None:
                 out.append(Msg(ASSISTANT, tool_calls=(call,), ts=m.ts))
@@ -267,6 +271,7 @@ def _result(
     replayed: bool = False,
     loaded: list[SkillRef] | None = None,
     unknown: list[str] | None = None,
+    incarnation: str = "",
 ) -> TurnResult:
     return TurnResult(
         int(res["version"]),
@@ -276,4 +281,5 @@ def _result(
         replayed,
         list(loaded or ()),
         list(unknown or ()),
+        incarnation,
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from sidecar.core.contexts.model import ASSISTANT, KINDS, ROOT_ID, TOOL, Msg
 from sidecar.core.contexts.views import PAGE_BYTES
@@ -131,18 +131,35 @@ def turn(
             bounded(m.principal, f"{where}.user.principal", MAX_PRINCIPAL)
 
 
-def tool_results_answer_calls(messages: Sequence[Msg], known) -> None:
+def tool_results_answer_calls(
+    messages: Sequence[Msg], known, answered: Collection[str] = ()
+) -> None:
     """Every tool result names a call in the transcript (``known``: live calls
-    and abandoned folded ones) or earlier in the turn."""
+    and abandoned folded ones) or earlier in the turn, and one not answered
+    yet (``answered``: known calls whose latest call has its result): OpenAI
+    and Anthropic both refuse a request with two results for one call. A
+    call id used again (providers number calls per turn) opens it again."""
     turn_calls: set[str] = set()
+    done: set[str] = set()  # answered in this turn
     for i, m in enumerate(messages):
         if m.kind == ASSISTANT:
-            turn_calls.update(c.id for c in m.tool_calls)
-        elif m.kind == TOOL and m.call_id not in known and m.call_id not in turn_calls:
-            raise InvalidArgument(
-                f"messages[{i}].tool.call_id",
-                f"{m.call_id!r} answers no tool call in the transcript or earlier in this turn",
-            )
+            for c in m.tool_calls:
+                turn_calls.add(c.id)
+                done.discard(c.id)
+        elif m.kind == TOOL:
+            where, cid = f"messages[{i}].tool.call_id", m.call_id
+            if cid not in known and cid not in turn_calls:
+                raise InvalidArgument(
+                    where, f"{cid!r} answers no tool call in the transcript or earlier in this turn"
+                )
+            if cid in done or (cid in answered and cid not in turn_calls):
+                already = "earlier in this turn" if cid in done else "in the transcript"
+                raise InvalidArgument(
+                    where,
+                    f"call {cid!r} already has its result {already}; a call takes one result "
+                    "(send a retried turn with its first idempotency_key)",
+                )
+            done.add(cid)
 
 
 def is_root(cid: str) -> bool:

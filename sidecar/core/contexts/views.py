@@ -9,12 +9,16 @@ returned: appends in between do not move it (the next page starts after
 that message); a compaction or plan change in between makes it stale
 (ABORTED: read again from the first page).
 
-An incremental read names the version the caller holds. When only messages
-were appended since, the answer is just those (APPEND, or NONE); when
-anything reshaped the view since (a compaction, a plan change: the
-context's ``reshaped_at``) or the version cannot be related (another
-incarnation, a version from the future), the answer is the whole view
-(REPLACE). A turn's read then costs the turn, not the history.
+An incremental read names the version the caller holds, and the
+incarnation it belongs to: a conversation deleted and created again starts
+its versions over, so a version alone may name a message of the old
+transcript. When only messages were appended since, the answer is just
+those (APPEND, or NONE); when anything reshaped the view since (a
+compaction, a plan change: the context's ``reshaped_at``) or the version
+cannot be related (another incarnation, a version from the future), the
+answer is the whole view (REPLACE). A turn's read then costs the turn, not
+the history. Without an incarnation (clients that predate it) the version
+alone decides, as it always did.
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ MESSAGE_FRAME_BYTES = 64
 FULL, SLICE = "full", "slice"
 NONE, APPEND, REPLACE = "none", "append", "replace"
 _PREFIX = "p1."
+#: Longest ``since_incarnation`` accepted (incarnations are 8 hex digits).
+MAX_INCARNATION = 128
 _NBYTES = attrgetter("nbytes")
 
 
@@ -72,8 +78,10 @@ def read(
     size: int = 0,
     token: str = "",
     since: int | None = None,
+    incarnation: str = "",
 ) -> Page:
-    """One page of ``view`` of ``st`` (read without awaiting: ``st`` is live)."""
+    """One page of ``view`` of ``st`` (read without awaiting: ``st`` is live);
+    ``since``/``incarnation``: what the caller holds (an incremental read)."""
     limit = page_size(size)
     msgs = st.messages
     if token:
@@ -86,6 +94,9 @@ def read(
         return _page(st, view, msgs, 0, limit, "", first=True)
     if since < 0:
         raise InvalidArgument("since_version", "must not be negative")
+    if incarnation and incarnation != st.gen:
+        # Held from another incarnation: its versions relate to nothing here.
+        return _page(st, view, msgs, 0, limit, REPLACE, first=True)
     if since == st.version:
         return Page([], change=NONE, first=False)
     if since > st.version or since < st.reshaped_at:

@@ -319,7 +319,7 @@ class CacheEffect(_message.Message):
     def __init__(self, tokens_saved: _Optional[int] = ..., prefix_tokens_kept: _Optional[int] = ..., tokens_rewritten: _Optional[int] = ...) -> None: ...
 
 class ContextInfo(_message.Message):
-    __slots__ = ("id", "kind", "version", "turns", "est_tokens", "updated_ms", "created_ms", "message_count", "model_window", "archived")
+    __slots__ = ("id", "kind", "version", "turns", "est_tokens", "updated_ms", "created_ms", "message_count", "model_window", "archived", "incarnation")
     ID_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -330,6 +330,7 @@ class ContextInfo(_message.Message):
     MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
     MODEL_WINDOW_FIELD_NUMBER: _ClassVar[int]
     ARCHIVED_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
     id: str
     kind: ContextKind
     version: int
@@ -340,10 +341,11 @@ class ContextInfo(_message.Message):
     message_count: int
     model_window: int
     archived: bool
-    def __init__(self, id: _Optional[str] = ..., kind: _Optional[_Union[ContextKind, str]] = ..., version: _Optional[int] = ..., turns: _Optional[int] = ..., est_tokens: _Optional[int] = ..., updated_ms: _Optional[int] = ..., created_ms: _Optional[int] = ..., message_count: _Optional[int] = ..., model_window: _Optional[int] = ..., archived: _Optional[bool] = ...) -> None: ...
+    incarnation: str
+    def __init__(self, id: _Optional[str] = ..., kind: _Optional[_Union[ContextKind, str]] = ..., version: _Optional[int] = ..., turns: _Optional[int] = ..., est_tokens: _Optional[int] = ..., updated_ms: _Optional[int] = ..., created_ms: _Optional[int] = ..., message_count: _Optional[int] = ..., model_window: _Optional[int] = ..., archived: _Optional[bool] = ..., incarnation: _Optional[str] = ...) -> None: ...
 
 class GetContextRequest(_message.Message):
-    __slots__ = ("context_id", "view", "consistency", "page_size", "page_token", "since_version", "format", "cache_breakpoint")
+    __slots__ = ("context_id", "view", "consistency", "page_size", "page_token", "since_version", "format", "cache_breakpoint", "since_incarnation")
     CONTEXT_ID_FIELD_NUMBER: _ClassVar[int]
     VIEW_FIELD_NUMBER: _ClassVar[int]
     CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
@@ -352,6 +354,7 @@ class GetContextRequest(_message.Message):
     SINCE_VERSION_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     CACHE_BREAKPOINT_FIELD_NUMBER: _ClassVar[int]
+    SINCE_INCARNATION_FIELD_NUMBER: _ClassVar[int]
     context_id: str
     view: ContextView
     consistency: ReadConsistency
@@ -360,7 +363,8 @@ class GetContextRequest(_message.Message):
     since_version: int
     format: MessageFormat
     cache_breakpoint: bool
-    def __init__(self, context_id: _Optional[str] = ..., view: _Optional[_Union[ContextView, str]] = ..., consistency: _Optional[_Union[ReadConsistency, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., since_version: _Optional[int] = ..., format: _Optional[_Union[MessageFormat, str]] = ..., cache_breakpoint: _Optional[bool] = ...) -> None: ...
+    since_incarnation: str
+    def __init__(self, context_id: _Optional[str] = ..., view: _Optional[_Union[ContextView, str]] = ..., consistency: _Optional[_Union[ReadConsistency, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., since_version: _Optional[int] = ..., format: _Optional[_Union[MessageFormat, str]] = ..., cache_breakpoint: _Optional[bool] = ..., since_incarnation: _Optional[str] = ...) -> None: ...
 
 class GetContextResponse(_message.Message):
     __slots__ = ("info", "context", "slice", "next_page_token", "change", "messages_json", "system_json")
@@ -429,7 +433,7 @@ class AppendTurnRequest(_message.Message):
     def __init__(self, context_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., expected_version: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., principal: _Optional[str] = ..., model_window: _Optional[int] = ..., model: _Optional[str] = ..., task: _Optional[str] = ..., messages_json: _Optional[str] = ..., format: _Optional[_Union[MessageFormat, str]] = ..., system_json: _Optional[str] = ..., read: _Optional[_Union[GetContextRequest, _Mapping]] = ...) -> None: ...
 
 class AppendTurnResponse(_message.Message):
-    __slots__ = ("version", "est_tokens", "compaction_due", "message_ids", "replayed", "unknown_skills", "loaded_skills", "read")
+    __slots__ = ("version", "est_tokens", "compaction_due", "message_ids", "replayed", "unknown_skills", "loaded_skills", "read", "incarnation")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     EST_TOKENS_FIELD_NUMBER: _ClassVar[int]
     COMPACTION_DUE_FIELD_NUMBER: _ClassVar[int]
@@ -438,6 +442,7 @@ class AppendTurnResponse(_message.Message):
     UNKNOWN_SKILLS_FIELD_NUMBER: _ClassVar[int]
     LOADED_SKILLS_FIELD_NUMBER: _ClassVar[int]
     READ_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
     version: int
     est_tokens: int
     compaction_due: bool
@@ -446,7 +451,8 @@ class AppendTurnResponse(_message.Message):
     unknown_skills: _containers.RepeatedScalarFieldContainer[str]
     loaded_skills: _containers.RepeatedCompositeFieldContainer[SkillRef]
     read: GetContextResponse
-    def __init__(self, version: _Optional[int] = ..., est_tokens: _Optional[int] = ..., compaction_due: _Optional[bool] = ..., message_ids: _Optional[_Iterable[str]] = ..., replayed: _Optional[bool] = ..., unknown_skills: _Optional[_Iterable[str]] = ..., loaded_skills: _Optional[_Iterable[_Union[SkillRef, _Mapping]]] = ..., read: _Optional[_Union[GetContextResponse, _Mapping]] = ...) -> None: ...
+    incarnation: str
+    def __init__(self, version: _Optional[int] = ..., est_tokens: _Optional[int] = ..., compaction_due: _Optional[bool] = ..., message_ids: _Optional[_Iterable[str]] = ..., replayed: _Optional[bool] = ..., unknown_skills: _Optional[_Iterable[str]] = ..., loaded_skills: _Optional[_Iterable[_Union[SkillRef, _Mapping]]] = ..., read: _Optional[_Union[GetContextResponse, _Mapping]] = ..., incarnation: _Optional[str] = ...) -> None: ...
 
 class DeleteContextRequest(_message.Message):
     __slots__ = ("context_id", "expected_version")
