@@ -193,7 +193,8 @@ class ContextServiceServicer:
 
     def ApplyCompaction(self, request, context):
         """ApplyCompaction folds the planned prefix into the summary. ABORTED only
-        if the planned prefix changed; turns appended meanwhile are kept.
+        if the planned prefix changed or a tool call it folds got its result
+        meanwhile (plan again); turns appended meanwhile are kept.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

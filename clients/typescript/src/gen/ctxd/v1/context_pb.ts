@@ -2809,7 +2809,8 @@ export const ContextService: GenService<{
   },
   /**
    * ApplyCompaction folds the planned prefix into the summary. ABORTED only
-   * if the planned prefix changed; turns appended meanwhile are kept.
+   * if the planned prefix changed or a tool call it folds got its result
+   * meanwhile (plan again); turns appended meanwhile are kept.
    *
    * @generated from rpc ctxd.v1.ContextService.ApplyCompaction
    */
