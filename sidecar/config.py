@@ -38,9 +38,13 @@ if TYPE_CHECKING:
     import pluggy
 
 Positive = Annotated[int, Field(gt=0)]
-PositiveFloat = Annotated[float, Field(gt=0)]
+#: Every float setting is finite: no setting gives ``inf`` or ``nan`` a
+#: meaning, and either would reach the domain as a crash (``int(inf)``) or as
+#: invalid JSON in a log line. :class:`Table` and :class:`Config` refuse them
+#: for plain ``float`` fields too; these types carry it for plugin models.
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 #: Seconds or counts where 0 means "off".
-NonNegative = Annotated[float, Field(ge=0)]
+NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -56,7 +60,7 @@ def _no_bool_for_numbers(model: type[BaseModel], value: Any, name: str | None) -
 class Table(BaseModel):
     """A config table: unknown keys are errors. Plugins subclass it for theirs."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     @field_validator("*", mode="before")
     @classmethod
@@ -76,7 +80,7 @@ class MemoryConfig(Table):
     max_depth: Positive = 64
     #: Seconds between sweeps of expired records (0 disables the sweeper;
     #: expired records are never returned either way).
-    sweep_interval: float = 60.0
+    sweep_interval: NonNegative = 60.0
     #: Route memory operations to an MCP server's tools instead of the store:
     #: a command line (stdio) or an http(s) URL; empty keeps the store.
     mcp_server: str = ""
@@ -86,7 +90,7 @@ class MemoryConfig(Table):
     mcp_tools: str = ""
     #: Seconds to wait for the MCP memory server to answer one call (it gets
     #: at least 60 s to start).
-    mcp_timeout: float = 10.0
+    mcp_timeout: PositiveFloat = 10.0
 
 
 class ContextsConfig(Table):
@@ -322,7 +326,7 @@ class Config(BaseSettings):
     """The whole configuration. ``Config()`` is the defaults (plus arguments);
     :func:`load` adds the file, the environment, flags and plugin tables."""
 
-    model_config = SettingsConfigDict(extra="forbid", validate_default=False)
+    model_config = SettingsConfigDict(extra="forbid", validate_default=False, allow_inf_nan=False)
 
     #: gRPC address: host:port, or unix:PATH.
     listen: str = "127.0.0.1:50051"
@@ -332,11 +336,12 @@ class Config(BaseSettings):
     prefix: str = "ctxd"
     #: The instance namespace this sidecar serves.
     instance: str = "default"
-    #: Seconds in-flight calls get to finish on SIGTERM.
-    grace_seconds: float = 10.0
+    #: Seconds in-flight calls get to finish on SIGTERM (0: none).
+    grace_seconds: NonNegative = 10.0
     #: Seconds between store health probes; while the store fails them, the
-    #: ctxd services report NOT_SERVING (the process itself stays SERVING).
-    store_probe_interval: float = 5.0
+    #: ctxd services report NOT_SERVING (the process itself stays SERVING);
+    #: 0 disables the probes.
+    store_probe_interval: NonNegative = 5.0
     #: Prometheus metrics address (host:port); empty disables it.
     metrics_listen: str = ""
     #: File holding the bearer token callers must send (preferred over
