@@ -31,20 +31,47 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from sidecar.config_servers import McpServerSpec, parse_servers
 
 if TYPE_CHECKING:
     import pluggy
 
 Positive = Annotated[int, Field(gt=0)]
+
+#: Longest duration a setting takes (100 years): "practically never" without
+#: the overflow of ``int(1e308 * 1000)`` or of a socket timeout.
+MAX_SECONDS = 100 * 365 * 24 * 3600
+
+
+def _at_most_max_seconds(value: float) -> float:
+    if value > MAX_SECONDS:
+        raise ValueError(f"must be at most {MAX_SECONDS} seconds (100 years)")
+    return value
+
+
 #: Every float setting is finite: no setting gives ``inf`` or ``nan`` a
 #: meaning, and either would reach the domain as a crash (``int(inf)``) or as
 #: invalid JSON in a log line. :class:`Table` and :class:`Config` refuse them
 #: for plain ``float`` fields too; these types carry it for plugin models.
-PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-#: Seconds or counts where 0 means "off".
-NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+#: Seconds, more than 0.
+PositiveFloat = Annotated[
+    float, Field(gt=0, allow_inf_nan=False), AfterValidator(_at_most_max_seconds)
+]
+#: Seconds where 0 means "off" (or "none").
+NonNegative = Annotated[
+    float, Field(ge=0, allow_inf_nan=False), AfterValidator(_at_most_max_seconds)
+]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -194,24 +221,6 @@ class PlanConfig(Table):
     max_preflight_bytes: Positive = 16 * 1024
 
 
-@dataclass(frozen=True)
-class McpServerSpec:
-    """One configured MCP server: a stdio command line or a streamable HTTP URL."""
-
-    name: str
-    command: tuple[str, ...] = ()
-    url: str = ""
-
-    def describe(self) -> str:
-        """For logs: the URL without credentials or query, or the program name."""
-        if self.url:
-            from urllib.parse import urlsplit
-
-            parts = urlsplit(self.url)
-            return f"{parts.scheme}://{parts.hostname or ''}{parts.path}"
-        return os.path.basename(self.command[0]) if self.command else ""
-
-
 class SkillsConfig(Table):
     #: MCP servers that offer skills, one ``name=target`` per line (or separated
     #: by ``;`` outside quotes). The target is an http(s) URL (streamable HTTP) or a command
@@ -242,59 +251,6 @@ class SkillsConfig(Table):
     def server_specs(self) -> list[McpServerSpec]:
         """The parsed ``servers`` list; ValueError names the entry at fault."""
         return parse_servers(self.servers)
-
-
-def parse_servers(text: str) -> list[McpServerSpec]:
-    """``skills.servers`` as specs; ValueError names the entry at fault."""
-    import shlex
-
-    specs: list[McpServerSpec] = []
-    for raw in _split_entries(text):
-        entry = raw.strip()
-        if not entry or entry.startswith("#"):
-            continue
-        name, sep, target = entry.partition("=")
-        name, target = name.strip(), target.strip()
-        if not sep or not name or not target:
-            raise ValueError(f"skills.servers: {entry!r} is not name=target")
-        if len(name) > 64 or not all(c.isascii() and (c.isalnum() or c in "_-") for c in name):
-            raise ValueError(f"skills.servers: server name {name!r} must be 1-64 of [A-Za-z0-9_-]")
-        if any(s.name == name for s in specs):
-            raise ValueError(f"skills.servers: server name {name!r} is used twice")
-        if target.startswith(("http://", "https://")):
-            specs.append(McpServerSpec(name=name, url=target))
-        else:
-            try:
-                argv = shlex.split(target)
-            except ValueError as exc:
-                raise ValueError(f"skills.servers: {name}: {exc}") from None
-            specs.append(McpServerSpec(name=name, command=tuple(argv)))
-    return specs
-
-
-def _split_entries(text: str) -> list[str]:
-    """Split at newlines and at ``;`` outside quotes (a command may quote a ``;``)."""
-    entries: list[str] = []
-    current: list[str] = []
-    quote = ""
-    escaped = False
-    for char in text:
-        if escaped:
-            escaped = False
-        elif char == "\\" and quote != "'":
-            escaped = True
-        elif quote:
-            if char == quote:
-                quote = ""
-        elif char in "'\"":
-            quote = char
-        elif char in ";\n":
-            entries.append("".join(current))
-            current = []
-            continue
-        current.append(char)
-    entries.append("".join(current))
-    return entries
 
 
 class PromptConfig(Table):

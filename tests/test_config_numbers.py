@@ -16,7 +16,7 @@ import pytest
 
 from sidecar import config as config_mod
 from sidecar import config_loader
-from sidecar.config import ConfigError
+from sidecar.config import MAX_SECONDS, ConfigError
 from sidecar.plugins import plugin_manager
 
 
@@ -57,9 +57,19 @@ def test_every_numeric_setting_refuses_negative_values(name):
     assert _error({name: "-1"}).startswith(f"{name} must be ")
 
 
+@pytest.mark.parametrize("name", FLOATS)
+def test_every_float_setting_refuses_a_duration_too_long_to_compute_with(name):
+    """1e308 is finite, but ``int(1e308 * 1000)`` overflows as ``inf`` did."""
+    assert _error({name: "1e308"}).startswith(f"{name} must be ")
+
+
 @pytest.mark.parametrize(
     "overrides, message",
     [
+        (
+            {"compaction.archive_ttl": "1e308"},
+            f"compaction.archive_ttl must be at most {MAX_SECONDS} seconds (100 years)",
+        ),
         ({"grace_seconds": "-5"}, "grace_seconds must be 0 or more"),
         ({"store_probe_interval": "-1"}, "store_probe_interval must be 0 or more"),
         ({"memory.sweep_interval": "-1"}, "memory.sweep_interval must be 0 or more"),
@@ -80,6 +90,7 @@ def test_zero_still_switches_off_what_it_documents():
             "store_probe_interval": "0",
             "memory.sweep_interval": "0",
             "compaction.archive_ttl": "0",
+            "contexts.conversation_ttl": str(MAX_SECONDS),
         },
     )
     assert (cfg.grace_seconds, cfg.store_probe_interval, cfg.memory.sweep_interval) == (0, 0, 0)
