@@ -31,16 +31,47 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from sidecar.config_servers import McpServerSpec, parse_servers
 
 if TYPE_CHECKING:
     import pluggy
 
 Positive = Annotated[int, Field(gt=0)]
-PositiveFloat = Annotated[float, Field(gt=0)]
-#: Seconds or counts where 0 means "off".
-NonNegative = Annotated[float, Field(ge=0)]
+
+#: Longest duration a setting takes (100 years): "practically never" without
+#: the overflow of ``int(1e308 * 1000)`` or of a socket timeout.
+MAX_SECONDS = 100 * 365 * 24 * 3600
+
+
+def _at_most_max_seconds(value: float) -> float:
+    if value > MAX_SECONDS:
+        raise ValueError(f"must be at most {MAX_SECONDS} seconds (100 years)")
+    return value
+
+
+#: Every float setting is finite: no setting gives ``inf`` or ``nan`` a
+#: meaning, and either would reach the domain as a crash (``int(inf)``) or as
+#: invalid JSON in a log line. :class:`Table` and :class:`Config` refuse them
+#: for plain ``float`` fields too; these types carry it for plugin models.
+#: Seconds, more than 0.
+PositiveFloat = Annotated[
+    float, Field(gt=0, allow_inf_nan=False), AfterValidator(_at_most_max_seconds)
+]
+#: Seconds where 0 means "off" (or "none").
+NonNegative = Annotated[
+    float, Field(ge=0, allow_inf_nan=False), AfterValidator(_at_most_max_seconds)
+]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -56,7 +87,7 @@ def _no_bool_for_numbers(model: type[BaseModel], value: Any, name: str | None) -
 class Table(BaseModel):
     """A config table: unknown keys are errors. Plugins subclass it for theirs."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     @field_validator("*", mode="before")
     @classmethod
@@ -76,7 +107,7 @@ class MemoryConfig(Table):
     max_depth: Positive = 64
     #: Seconds between sweeps of expired records (0 disables the sweeper;
     #: expired records are never returned either way).
-    sweep_interval: float = 60.0
+    sweep_interval: NonNegative = 60.0
     #: Route memory operations to an MCP server's tools instead of the store:
     #: a command line (stdio) or an http(s) URL; empty keeps the store.
     mcp_server: str = ""
@@ -86,7 +117,7 @@ class MemoryConfig(Table):
     mcp_tools: str = ""
     #: Seconds to wait for the MCP memory server to answer one call (it gets
     #: at least 60 s to start).
-    mcp_timeout: float = 10.0
+    mcp_timeout: PositiveFloat = 10.0
 
 
 class ContextsConfig(Table):
@@ -190,24 +221,6 @@ class PlanConfig(Table):
     max_preflight_bytes: Positive = 16 * 1024
 
 
-@dataclass(frozen=True)
-class McpServerSpec:
-    """One configured MCP server: a stdio command line or a streamable HTTP URL."""
-
-    name: str
-    command: tuple[str, ...] = ()
-    url: str = ""
-
-    def describe(self) -> str:
-        """For logs: the URL without credentials or query, or the program name."""
-        if self.url:
-            from urllib.parse import urlsplit
-
-            parts = urlsplit(self.url)
-            return f"{parts.scheme}://{parts.hostname or ''}{parts.path}"
-        return os.path.basename(self.command[0]) if self.command else ""
-
-
 class SkillsConfig(Table):
     #: MCP servers that offer skills, one ``name=target`` per line (or separated
     #: by ``;`` outside quotes). The target is an http(s) URL (streamable HTTP) or a command
@@ -240,59 +253,6 @@ class SkillsConfig(Table):
         return parse_servers(self.servers)
 
 
-def parse_servers(text: str) -> list[McpServerSpec]:
-    """``skills.servers`` as specs; ValueError names the entry at fault."""
-    import shlex
-
-    specs: list[McpServerSpec] = []
-    for raw in _split_entries(text):
-        entry = raw.strip()
-        if not entry or entry.startswith("#"):
-            continue
-        name, sep, target = entry.partition("=")
-        name, target = name.strip(), target.strip()
-        if not sep or not name or not target:
-            raise ValueError(f"skills.servers: {entry!r} is not name=target")
-        if len(name) > 64 or not all(c.isascii() and (c.isalnum() or c in "_-") for c in name):
-            raise ValueError(f"skills.servers: server name {name!r} must be 1-64 of [A-Za-z0-9_-]")
-        if any(s.name == name for s in specs):
-            raise ValueError(f"skills.servers: server name {name!r} is used twice")
-        if target.startswith(("http://", "https://")):
-            specs.append(McpServerSpec(name=name, url=target))
-        else:
-            try:
-                argv = shlex.split(target)
-            except ValueError as exc:
-                raise ValueError(f"skills.servers: {name}: {exc}") from None
-            specs.append(McpServerSpec(name=name, command=tuple(argv)))
-    return specs
-
-
-def _split_entries(text: str) -> list[str]:
-    """Split at newlines and at ``;`` outside quotes (a command may quote a ``;``)."""
-    entries: list[str] = []
-    current: list[str] = []
-    quote = ""
-    escaped = False
-    for char in text:
-        if escaped:
-            escaped = False
-        elif char == "\\" and quote != "'":
-            escaped = True
-        elif quote:
-            if char == quote:
-                quote = ""
-        elif char in "'\"":
-            quote = char
-        elif char in ";\n":
-            entries.append("".join(current))
-            current = []
-            continue
-        current.append(char)
-    entries.append("".join(current))
-    return entries
-
-
 class PromptConfig(Table):
     #: Markdown template file replacing the built-in one (sidecar/prompts/system.md);
     #: checked when the config is loaded, re-read when a prefix is rebuilt.
@@ -322,7 +282,7 @@ class Config(BaseSettings):
     """The whole configuration. ``Config()`` is the defaults (plus arguments);
     :func:`load` adds the file, the environment, flags and plugin tables."""
 
-    model_config = SettingsConfigDict(extra="forbid", validate_default=False)
+    model_config = SettingsConfigDict(extra="forbid", validate_default=False, allow_inf_nan=False)
 
     #: gRPC address: host:port, or unix:PATH.
     listen: str = "127.0.0.1:50051"
@@ -332,11 +292,12 @@ class Config(BaseSettings):
     prefix: str = "ctxd"
     #: The instance namespace this sidecar serves.
     instance: str = "default"
-    #: Seconds in-flight calls get to finish on SIGTERM.
-    grace_seconds: float = 10.0
+    #: Seconds in-flight calls get to finish on SIGTERM (0: none).
+    grace_seconds: NonNegative = 10.0
     #: Seconds between store health probes; while the store fails them, the
-    #: ctxd services report NOT_SERVING (the process itself stays SERVING).
-    store_probe_interval: float = 5.0
+    #: ctxd services report NOT_SERVING (the process itself stays SERVING);
+    #: 0 disables the probes.
+    store_probe_interval: NonNegative = 5.0
     #: Prometheus metrics address (host:port); empty disables it.
     metrics_listen: str = ""
     #: File holding the bearer token callers must send (preferred over

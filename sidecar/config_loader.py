@@ -243,6 +243,7 @@ _TYPES = {
     "int_type": "an int",
     "int_from_float": "a whole number",
     "float_type": "a number",
+    "finite_number": "a finite number",
     "bool_type": "true or false",
     "string_type": "a string",
 }

@@ -7,6 +7,9 @@ knows nothing of Prometheus: it reports to observers
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 _LATENCY_BUCKETS = (
@@ -64,10 +67,22 @@ MEMORY_KEYS = Gauge("ctxd_memory_keys", "Live agent-memory keys in this instance
 MEMORY_BYTES = Gauge("ctxd_memory_bytes", "Bytes of agent-memory values in this instance.")
 
 
-def serve(address: str) -> None:
+class Endpoint:
+    """A running metrics endpoint; :meth:`close` frees its port."""
+
+    def __init__(self, server: Any, thread: threading.Thread) -> None:
+        self._server, self._thread = server, thread
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+
+def serve(address: str) -> Endpoint:
     """Start the metrics HTTP endpoint (``host:port``) in a daemon thread."""
     host, _, port = address.rpartition(":")
-    start_http_server(int(port), addr=host or "127.0.0.1")
+    return Endpoint(*start_http_server(int(port), addr=host or "127.0.0.1"))
 
 
 class PrometheusObserver:

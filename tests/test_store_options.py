@@ -39,3 +39,35 @@ def test_unknown_store_options_are_refused(tmp_path, uri, bad):
 def test_known_options_still_open(tmp_path):
     store = open_store(f"lmdb://{tmp_path / 'ok'}?map_size=64MiB")
     store.close()
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ("connect_timeout=nan", "s3 store option connect_timeout='nan' must be a finite number"),
+        ("read_timeout=inf", "s3 store option read_timeout='inf' must be a finite number"),
+        ("read_timeout=-1", "s3 store option read_timeout must be positive"),
+        ("max_attempts=inf", "s3 store option max_attempts='inf' must be a whole number"),
+        ("max_attempts=2.5", "s3 store option max_attempts='2.5' must be a whole number"),
+        ("max_attempts=0", "s3 store option max_attempts must be positive"),
+    ],
+)
+def test_s3_numeric_options_are_finite_positive_numbers(option, message):
+    uri = f"s3://bucket/prefix?{option}"
+    with pytest.raises(ValueError) as err:
+        open_store(uri)
+    assert str(err.value) == message
+
+
+def test_an_infinite_s3_option_stops_serve_with_one_line():
+    uri = "s3://bucket/prefix?max_attempts=inf"
+    proc = subprocess.run(
+        [sys.executable, "-m", "sidecar", "serve", "--listen", "127.0.0.1:0", "--store", uri],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "ctxd: cannot start: s3 store option max_attempts='inf' must be a whole number"
+    ]

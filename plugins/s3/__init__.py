@@ -15,6 +15,7 @@ included, as in the AWS config file; default 4), ``profile``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
@@ -42,6 +43,7 @@ def _flag(options: Mapping[str, str], name: str, default: bool) -> bool:
 
 
 def _number(options: Mapping[str, str], name: str, default: float) -> float:
+    """A positive, finite number (``inf`` or ``nan`` would reach botocore)."""
     raw = options.get(name)
     if raw is None:
         return default
@@ -49,6 +51,22 @@ def _number(options: Mapping[str, str], name: str, default: float) -> float:
         value = float(raw)
     except ValueError:
         raise ValueError(f"s3 store option {name}={raw!r} must be a number") from None
+    if not math.isfinite(value):
+        raise ValueError(f"s3 store option {name}={raw!r} must be a finite number")
+    if value <= 0:
+        raise ValueError(f"s3 store option {name} must be positive")
+    return value
+
+
+def _count(options: Mapping[str, str], name: str, default: int) -> int:
+    """A positive whole number (``2.5`` attempts is a mistake, not 2)."""
+    raw = options.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"s3 store option {name}={raw!r} must be a whole number") from None
     if value <= 0:
         raise ValueError(f"s3 store option {name} must be positive")
     return value
@@ -71,7 +89,7 @@ def _open(uri: str, options: Mapping[str, str]) -> S3Store:
         addressing_style=options.get("addressing_style", "auto"),
         connect_timeout=_number(options, "connect_timeout", 2.0),
         read_timeout=_number(options, "read_timeout", 10.0),
-        max_attempts=int(_number(options, "max_attempts", 4)),
+        max_attempts=_count(options, "max_attempts", 4),
         profile=options.get("profile") or None,
     )
 

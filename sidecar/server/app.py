@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import socket
+import stat
 import time
 
 import grpc
@@ -60,15 +61,45 @@ class Sidecar:
         self.server: grpc.aio.Server | None = None
         self.health = health.aio.HealthServicer()
         self.address: str | None = None
+        self._metrics: metrics.Endpoint | None = None
         self._stopped = asyncio.Event()
 
     async def start(self) -> str:
-        """Open the store and start serving; return the bound address."""
+        """Check, bind, open the store and start serving; return the bound address.
+
+        Whatever can refuse without the store comes first (token and TLS
+        files, the listen and metrics addresses): a sidecar that cannot serve
+        never opens, and never writes to, a store another sidecar may be
+        serving, and its refusal is the only line it prints. The port is held
+        from here on, so callers that connect while the store opens wait for
+        it instead of being refused.
+        """
         cfg = self.config
         check_address(cfg.listen, "listen")
         if cfg.metrics_listen:
             check_address(cfg.metrics_listen, "metrics_listen")
-        self.domain = await open_domain(cfg)
+        token = read_token(cfg)
+        credentials = server_credentials(cfg)
+        self.server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        try:
+            self.address = self._bind(cfg.listen, credentials)
+            if cfg.metrics_listen:
+                try:
+                    self._metrics = metrics.serve(cfg.metrics_listen)
+                except OSError as exc:
+                    raise StartupError(
+                        f"cannot listen on {cfg.metrics_listen} (metrics_listen): {_reason(exc)}"
+                    ) from None
+            self.domain = await open_domain(cfg)
+        except BaseException:
+            await self._unbind()
+            raise
         self.storage = self.domain.storage
         self.contexts, self.memory = composition.servicers(self.domain)
 
@@ -79,7 +110,6 @@ class Sidecar:
         layers: list[Layer] = [
             Calls(None if access == "OFF" else logging.getLevelName(access), self.domain.tracing)
         ]
-        token = read_token(cfg)
         if token:
             layers.append(Auth(token))
         self.gate = Gate(
@@ -91,13 +121,6 @@ class Sidecar:
         layers += [self.gate, Decode()]
         # A write may commit on the event loop only while no other call waits for it.
         self.storage.idle = self.gate.alone
-        self.server = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.so_reuseport", 0),
-            ],
-        )
         # Every service is registered through the pipeline (see interceptors).
         registrar = Registrar(self.server, Pipeline(layers))
         add_service(registrar, self.memory, memory_pb2.DESCRIPTOR.services_by_name["MemoryService"])
@@ -114,18 +137,6 @@ class Sidecar:
             ),
             registrar,
         )
-        try:
-            self.address = self._bind(cfg.listen, server_credentials(cfg))
-            if cfg.metrics_listen:
-                try:
-                    metrics.serve(cfg.metrics_listen)
-                except OSError as exc:
-                    raise StartupError(
-                        f"cannot listen on {cfg.metrics_listen} (metrics_listen): {_reason(exc)}"
-                    ) from None
-        except BaseException:
-            await self.domain.stop()
-            raise
         await self.domain.start()
         await self.server.start()
         for name in ("", *SERVICE_NAMES):
@@ -174,8 +185,10 @@ class Sidecar:
                     log.warning("store unavailable; services NOT_SERVING until it recovers")
 
     def _bind(self, listen: str, credentials: grpc.ServerCredentials | None) -> str:
-        if not listen.startswith("unix:"):
-            # gRPC only says "cannot bind"; a socket of our own says why.
+        # gRPC only says "cannot bind", never why; a socket of our own says why.
+        if listen.startswith("unix:"):
+            probe_unix(listen)
+        else:
             probe_bind(listen)
         try:
             if credentials is None:
@@ -184,12 +197,23 @@ class Sidecar:
                 port = self.server.add_secure_port(listen, credentials)
         except RuntimeError:
             port = 0
-        if listen.startswith("unix:"):
-            return listen
         if not port:
             raise StartupError(f"cannot listen on {listen}")
+        if listen.startswith("unix:"):
+            return listen
         host = listen.rsplit(":", 1)[0]
         return f"{host}:{port}"
+
+    async def _unbind(self) -> None:
+        """Release the ports of a start that failed (an in-process caller may retry)."""
+        if self._metrics is not None:
+            self._metrics.close()
+            self._metrics = None
+        if self.server is not None:
+            # gRPC frees a bound port only when a started server stops; with
+            # no services registered yet, any call that slips in is refused.
+            await self.server.start()
+            await self.server.stop(None)
 
     async def stop(self, grace: float | None = None) -> None:
         """Drain and shut down: refuse new calls, NOT_SERVING, end streams with
@@ -219,6 +243,8 @@ class Sidecar:
         if self.server is not None:
             await self.server.stop(0.5 if not left else 0)
         await self.domain.stop()
+        if self._metrics is not None:
+            self._metrics.close()
         log.info("stopped", extra={"seconds": round(time.monotonic() - started, 3)})
 
     async def wait_stopped(self) -> None:
@@ -282,6 +308,26 @@ def probe_bind(listen: str) -> None:
         except OSError as exc:
             reason = exc.strerror or os.strerror(exc.errno or errno.EINVAL)
             raise StartupError(f"cannot listen on {listen}: {reason}") from None
+
+
+def probe_unix(listen: str) -> None:
+    """Bind the socket path of ``unix:PATH`` once ourselves: gRPC reports
+    nothing when it cannot (a missing or read-only directory), and would log
+    "serving" with nothing listening. A path that is already there is left to
+    gRPC, which replaces a stale socket."""
+    path = listen[len("unix:") :]
+    if path.startswith("//"):  # unix:///abs/path
+        path = path[2:]
+    if os.path.lexists(path):
+        if not stat.S_ISSOCK(os.lstat(path).st_mode):
+            raise StartupError(f"cannot listen on {listen}: the path exists and is not a socket")
+        return
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(path)
+        except OSError as exc:
+            raise StartupError(f"cannot listen on {listen}: {_reason(exc)}") from None
+    os.unlink(path)
 
 
 def read_token(cfg: Config) -> str:
