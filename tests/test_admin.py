@@ -324,17 +324,24 @@ def _turn(sc, cid: str) -> None:
     )
 
 
+_SIGINT_DEFAULT = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
 @pytest.mark.timeout(90)
 def test_watch_prints_events_until_interrupted(served):
     _turn(served, "conv-w")
     proc = subprocess.Popen(
-        [CTXD, "watch", "conv-w", "--json", "--address", served.address],
+        # A suite started in the background inherits SIGINT ignored; the
+        # watcher is run as a terminal would run it (SIGINT at its default,
+        # set before exec: a preexec_fn would fork this threaded process).
+        [sys.executable, "-c", _SIGINT_DEFAULT, CTXD, "watch", "conv-w", "--json"]
+        + ["--address", served.address],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        # A suite started in the background inherits SIGINT ignored; the
-        # watcher is run as a terminal would run it.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()
