@@ -51,8 +51,8 @@ def _label(mark: int) -> str:
 
 class _InProcess:
     def __init__(self, store: str) -> None:
-        from sidecar import config as config_mod
-        from sidecar.server.app import Sidecar
+        from ctxd_sidecar import config as config_mod
+        from ctxd_sidecar.server.app import Sidecar
 
         cfg = config_mod.load(
             env={},
@@ -85,8 +85,8 @@ class _InProcess:
 
 @register(GROUP)
 def compaction_suite(ctx: Context) -> Iterator[Result]:
-    from sidecar.api.ctxd.v1 import context_pb2 as pb
-    from sidecar.api.ctxd.v1 import context_pb2_grpc
+    from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
+    from ctxd_sidecar.api.ctxd.v1 import context_pb2_grpc
 
     path = ctx.tmpdir(prefix="bench-compaction-")
     try:

@@ -53,7 +53,7 @@ Checkpoints run in the background as configured by default
 (``contexts.checkpoint_every = 64`` versions or 1 MiB of new messages), so
 some measured turns share the process with one; the clean-up after a
 checkpoint (sealing log records) yields to turns (see
-``sidecar.core.contexts.janitor``), which a back-to-back benchmark like this
+``ctxd_sidecar.core.contexts.janitor``), which a back-to-back benchmark like this
 one keeps busy, so most of it happens after the measurement.
 """
 
@@ -110,7 +110,7 @@ class Bench:
     """One sidecar on one store: build conversations, time turns."""
 
     def __init__(self, stub, label: str) -> None:
-        from sidecar.api.ctxd.v1 import context_pb2 as pb
+        from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 
         self.pb = pb
         self.stub = stub
@@ -284,7 +284,7 @@ class BlobReader:
 
 def read_all(stub, cid: str, view: int, page_size: int = 0) -> list:
     """Every page of ``view`` of ``cid``, in order (0: the default page size)."""
-    from sidecar.api.ctxd.v1 import context_pb2 as pb
+    from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 
     req = pb.GetContextRequest(context_id=cid, view=view, page_size=page_size)
     pages = [stub.GetContext(req, timeout=CALL_TIMEOUT_S)]
@@ -329,8 +329,8 @@ def open_channel(port: str):
 
 
 def _suite(ctx: Context, label: str, store: str, common: dict) -> Iterator[Result]:
-    from sidecar.api.ctxd.v1 import context_pb2 as pb
-    from sidecar.api.ctxd.v1 import context_pb2_grpc
+    from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
+    from ctxd_sidecar.api.ctxd.v1 import context_pb2_grpc
 
     marks = ctx.pick(full=MARKS_FULL, quick=MARKS_QUICK)
     n = ctx.pick(full=200, quick=20)
@@ -452,7 +452,7 @@ def _default_client_read(ctx: Context, b: Bench, port: str, label: str, common: 
     """Every page of a context of 1 MiB tool results, by a client with default options."""
     import grpc
 
-    from sidecar.api.ctxd.v1 import context_pb2_grpc
+    from ctxd_sidecar.api.ctxd.v1 import context_pb2_grpc
 
     results = ctx.pick(full=BIG_RESULTS_FULL, quick=BIG_RESULTS_QUICK)
     cid = f"{label}-tool-results"

@@ -1,7 +1,7 @@
 """Cost of creating a context on S3 without LIST, against how many exist.
 
 A store that may not LIST keeps the names of a namespace in the paged key
-index (:mod:`sidecar.core.keyindex`); creating a context adds its id there
+index (:mod:`ctxd_sidecar.core.keyindex`); creating a context adds its id there
 (``KeyIndex.add``) and then writes its head. This measures that create at
 1,000 and 10,000 existing contexts on moto's S3 server (real HTTP,
 ``list=false``):
@@ -49,9 +49,9 @@ HEAD = json.dumps(
 
 
 async def _measure(endpoint: str, existing: int, samples: int = SAMPLES) -> dict:
-    from sidecar.core.keyindex import KeyIndex
-    from sidecar.core.storage import Storage
-    from sidecar.plugins import open_store
+    from ctxd_sidecar.core.keyindex import KeyIndex
+    from ctxd_sidecar.core.storage import Storage
+    from ctxd_sidecar.plugins import open_store
 
     bucket = f"bench-index-{uuid.uuid4().hex[:8]}"
     create_bucket(endpoint, bucket)

@@ -2,7 +2,7 @@
 
 On ``bench/transcripts/ops_session.json`` (a coding/ops conversation; see
 ``make_ops_session.py``) this runs what a compaction does: cut
-(``keep_last`` 4) → extractive summary (``plugins.extractive_summariser``)
+(``keep_last`` 4) → extractive summary (``ctxd_plugins.extractive_summariser``)
 + artifact ledger → merged summary; the slice text is the rendered summary
 block followed by the kept messages as a provider sees them (texts, tool
 call names and argument JSON, tool results).
@@ -31,15 +31,15 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import Context, Result, register
-from plugins.extractive_summariser import extract as extractive
-from sidecar.core.compaction import MessageData, ToolCallData, merge, plan_cut
-from sidecar.core.compaction.ledger import (
+from ctxd_plugins.extractive_summariser import extract as extractive
+from ctxd_sidecar.core.compaction import MessageData, ToolCallData, merge, plan_cut
+from ctxd_sidecar.core.compaction.ledger import (
     DEFAULT_LEDGER_CAP,
     Ledger,
     LedgerCap,
     message_artifacts,
 )
-from sidecar.core.compaction.summary import Summary
+from ctxd_sidecar.core.compaction.summary import Summary
 
 TRANSCRIPT = Path(__file__).parent / "transcripts" / "ops_session.json"
 KEEP_LAST = 4

@@ -74,7 +74,7 @@ def ctxd_memory(ctx: Context) -> Iterator[Result]:
     import lmdb
 
     from bench.echo_server import METHOD, PUT_METHOD
-    from sidecar.api.ctxd.v1 import memory_pb2, memory_pb2_grpc
+    from ctxd_sidecar.api.ctxd.v1 import memory_pb2, memory_pb2_grpc
 
     n = ctx.pick(full=5000, quick=200)
     n_set = ctx.pick(full=2000, quick=100)

@@ -148,8 +148,8 @@ def _turn(pb, context_id: str, i: int):
 def ctxd_process(ctx: Context) -> Iterator[Result]:
     import grpc
 
-    from sidecar.api.ctxd.v1 import context_pb2 as pb
-    from sidecar.api.ctxd.v1 import context_pb2_grpc
+    from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
+    from ctxd_sidecar.api.ctxd.v1 import context_pb2_grpc
 
     # -- cold start ------------------------------------------------------------------
     runs = ctx.pick(full=7, quick=2)

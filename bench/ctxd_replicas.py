@@ -64,7 +64,7 @@ def _info(b: Bench, cid: str, cached: bool):
 
 @register(GROUP)
 def replicas(ctx: Context) -> Iterator[Result]:
-    from sidecar.api.ctxd.v1 import context_pb2_grpc
+    from ctxd_sidecar.api.ctxd.v1 import context_pb2_grpc
 
     n = ctx.pick(full=200, quick=20)
     history = ctx.pick(full=HISTORY, quick=100)

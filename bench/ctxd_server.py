@@ -21,8 +21,8 @@ def serve(argv: list[str]) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = ap.parse_args(argv)
 
-    from sidecar import config, logs
-    from sidecar.server.app import Sidecar, settle_heap
+    from ctxd_sidecar import config, logs
+    from ctxd_sidecar.server.app import Sidecar, settle_heap
 
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")

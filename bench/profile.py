@@ -44,8 +44,8 @@ WORKLOADS = ("get", "set", "append", "turn")
 #: The event loop waiting for work (its innermost Python frame).
 _IDLE = ("EpollSelector.select", "epoll_wait")
 _LOOP = "run_forever"
-_COMMIT = "_commit (plugins/lmdb_store.py"
-_OURS = ("sidecar/", "plugins/")
+_COMMIT = "_commit (ctxd_plugins/lmdb_store.py"
+_OURS = ("ctxd_sidecar/", "ctxd_plugins/")
 
 
 @dataclass
@@ -126,8 +126,8 @@ def report(p: Profile, top: int = 25) -> str:
 def _workload(name: str, port: str, caller: int = 0) -> Callable[[], object]:
     import grpc
 
-    from sidecar.api.ctxd.v1 import context_pb2 as pb
-    from sidecar.api.ctxd.v1 import context_pb2_grpc, memory_pb2, memory_pb2_grpc
+    from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
+    from ctxd_sidecar.api.ctxd.v1 import context_pb2_grpc, memory_pb2, memory_pb2_grpc
 
     channel = grpc.insecure_channel(f"127.0.0.1:{int(port)}")
     grpc.channel_ready_future(channel).result(timeout=20)

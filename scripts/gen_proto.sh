@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates the committed Python code for proto/ctxd/v1 into sidecar/api and
+# Regenerates the committed Python code for proto/ctxd/v1 into sidecar/ctxd_sidecar/api and
 # into the client package (clients/python/ctxd_client/_api), each with its own
 # import path, and copies the .proto files the packages ship.
 # Pinned: grpcio-tools==1.85.1 (the `dev` extra). Run from anywhere.
@@ -25,11 +25,11 @@ gen() {
   touch "$out/ctxd/__init__.py" "$out/ctxd/v1/__init__.py"
   echo "generated into $out/ctxd/v1"
 }
-gen sidecar/api sidecar.api
+gen sidecar/ctxd_sidecar/api ctxd_sidecar.api
 gen clients/python/ctxd_client/_api ctxd_client._api
 # The .proto files travel with the generated code (server wheel, Python client)
 # and with the TypeScript package.
-cp proto/ctxd/v1/*.proto sidecar/api/ctxd/v1/
+cp proto/ctxd/v1/*.proto sidecar/ctxd_sidecar/api/ctxd/v1/
 cp proto/ctxd/v1/*.proto clients/python/ctxd_client/_api/ctxd/v1/
 mkdir -p clients/typescript/proto/ctxd/v1
 cp proto/ctxd/v1/*.proto clients/typescript/proto/ctxd/v1/

@@ -21,9 +21,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from sidecar import config as config_mod
-from sidecar.api.ctxd.v1 import context_pb2_grpc, memory_pb2_grpc
-from sidecar.server.app import Sidecar
+from ctxd_sidecar import config as config_mod
+from ctxd_sidecar.api.ctxd.v1 import context_pb2_grpc, memory_pb2_grpc
+from ctxd_sidecar.server.app import Sidecar
 
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
@@ -231,7 +231,7 @@ class SidecarProcess:
         self.channel: grpc.Channel | None = None
 
     def start(self, timeout: float = 15) -> SidecarProcess:
-        cmd = [sys.executable, "-m", "sidecar", "serve", "--listen", self.address, *self.args]
+        cmd = [sys.executable, "-m", "ctxd_sidecar", "serve", "--listen", self.address, *self.args]
         self.proc = subprocess.Popen(
             cmd, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )

@@ -11,7 +11,7 @@ import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from sidecar.api.ctxd.v1 import memory_pb2 as pb
+from ctxd_sidecar.api.ctxd.v1 import memory_pb2 as pb
 
 
 def fails(call: Callable[[], object]) -> grpc.RpcError:

@@ -15,7 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from sidecar.api.ctxd.v1 import context_pb2 as cpb
+from ctxd_sidecar.api.ctxd.v1 import context_pb2 as cpb
 from tests import test_security
 from tests.conftest import free_port
 

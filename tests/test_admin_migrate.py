@@ -9,8 +9,8 @@ from pathlib import Path
 
 import boto3
 
-from sidecar.api.ctxd.v1 import context_pb2 as cpb
-from sidecar.api.ctxd.v1 import memory_pb2 as mpb
+from ctxd_sidecar.api.ctxd.v1 import context_pb2 as cpb
+from ctxd_sidecar.api.ctxd.v1 import memory_pb2 as mpb
 
 CTXD = str(Path(sys.executable).with_name("ctxd"))
 

@@ -142,19 +142,19 @@ def test_profile_aggregate_splits_the_event_loop_from_the_writer():
         f"{loop};EpollSelector.select (selectors.py:468) 50",
         # ctxd code on the loop, and gRPC work on it
         f"{loop};Handle._run (asyncio/events.py:80);"
-        "MemoryServicer.Get (sidecar/server/memory_service.py:46);"
-        "LmdbStore.get (plugins/lmdb_store.py:100) 3",
+        "MemoryServicer.Get (ctxd_sidecar/server/memory_service.py:46);"
+        "LmdbStore.get (ctxd_plugins/lmdb_store.py:100) 3",
         f"{loop};Handle._run (asyncio/events.py:80) 7",
         # the writer thread committing, and waiting
-        "Thread.run (threading.py:982);LmdbStore._write_loop (plugins/lmdb_store.py:158);"
-        "LmdbStore._commit (plugins/lmdb_store.py:179) 4",
-        "Thread.run (threading.py:982);LmdbStore._write_loop (plugins/lmdb_store.py:138) 9",
+        "Thread.run (threading.py:982);LmdbStore._write_loop (ctxd_plugins/lmdb_store.py:158);"
+        "LmdbStore._commit (ctxd_plugins/lmdb_store.py:179) 4",
+        "Thread.run (threading.py:982);LmdbStore._write_loop (ctxd_plugins/lmdb_store.py:138) 9",
         "not a sample line",
     ]
     p = aggregate(raw, calls=2)
     assert (p.total, p.loop, p.loop_busy, p.loop_ours, p.commit) == (73, 60, 10, 3, 4)
-    assert p.own["LmdbStore.get (plugins/lmdb_store.py:100)"] == 3
-    assert p.inclusive["MemoryServicer.Get (sidecar/server/memory_service.py:46)"] == 3
+    assert p.own["LmdbStore.get (ctxd_plugins/lmdb_store.py:100)"] == 3
+    assert p.inclusive["MemoryServicer.Get (ctxd_sidecar/server/memory_service.py:46)"] == 3
     assert "Handle._run (asyncio/events.py:80)" not in p.inclusive  # not ctxd code
     text = report(p)
     assert "5.000 busy samples per call, of which ctxd code 1.500 (30%)" in text

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar import config as config_mod
-from sidecar.core.compaction import Backoff, BackoffPolicy
+from ctxd_sidecar import config as config_mod
+from ctxd_sidecar.core.compaction import Backoff, BackoffPolicy
 
 
 class Clock:

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sidecar.core import errors
-from sidecar.core.compaction import Cut, Decline, MessageData, ToolCallData, plan_cut
-from sidecar.core.compaction.cut import (
+from ctxd_sidecar.core import errors
+from ctxd_sidecar.core.compaction import Cut, Decline, MessageData, ToolCallData, plan_cut
+from ctxd_sidecar.core.compaction.cut import (
     USER_PREAMBLE_HEAD,
     abandoned_calls,
     open_calls,

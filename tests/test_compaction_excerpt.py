@@ -7,7 +7,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sidecar.core.compaction import (
+from ctxd_sidecar.core.compaction import (
     ANSWER_SCHEMA,
     ANSWER_SCHEMA_JSON,
     MessageData,
@@ -19,7 +19,7 @@ from sidecar.core.compaction import (
     estimate_text_tokens,
     render_message,
 )
-from sidecar.core.compaction.excerpt import (
+from ctxd_sidecar.core.compaction.excerpt import (
     MIN_CLIP_CHARS,
     PREVIOUS_SUMMARY_HEADER,
     fit_lines,

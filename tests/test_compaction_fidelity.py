@@ -13,7 +13,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from sidecar.api.ctxd.v1 import context_pb2 as pb
+from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 from tests.fake_openai import FakeOpenAI
 from tests.test_compaction_rpcs import append, assistant, openai_settings, tool, user
 from tests.test_contexts import bad_field
@@ -237,7 +237,7 @@ def test_deep_json_is_refused_at_the_door_naming_field_and_limit(start_sidecar, 
 
 
 def test_a_huge_integer_is_treated_alike_everywhere(start_sidecar, uri):
-    from sidecar.api.ctxd.v1 import memory_pb2 as mpb
+    from ctxd_sidecar.api.ctxd.v1 import memory_pb2 as mpb
 
     sc = start_sidecar(uri)
     n = "9" * 5000

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.api.ctxd.v1 import context_pb2 as pb
+from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 from tests.fake_openai import FakeOpenAI
 from tests.test_compaction_rpcs import append, assistant, openai_settings, tool, user
 
@@ -19,7 +19,7 @@ EXAMPLE = Path(__file__).parents[1] / "examples" / "compaction-hooks" / "ctxd_gu
 SECRET = "AKIAABCDEFGHIJKLMNOP"
 
 BROKEN = """
-from sidecar.hookspecs import hookimpl
+from ctxd_sidecar.hookspecs import hookimpl
 
 
 @hookimpl
@@ -92,7 +92,7 @@ def test_a_failing_hook_loses_neither_the_compaction_nor_the_turn(
     start_sidecar, store_uri_for, site, caplog
 ):
     install(site, "ctxd_broken", BROKEN)
-    caplog.set_level(logging.WARNING, "sidecar.plugins")
+    caplog.set_level(logging.WARNING, "ctxd_sidecar.plugins")
     sc = start_sidecar(store_uri_for("lmdb"))
     conversation(sc, "b")
     r = sc.contexts.Compact(pb.CompactRequest(context_id="b", keep_last=2))

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sidecar.core.compaction import MessageData, Summary, ToolCallData, merge, parse_answer
-from sidecar.core.compaction.ledger import (
+from ctxd_sidecar.core.compaction import MessageData, Summary, ToolCallData, merge, parse_answer
+from ctxd_sidecar.core.compaction.ledger import (
     DEFAULT_LEDGER_CAP,
     ENTRY_MAX_CHARS,
     HEADER,
@@ -421,7 +421,7 @@ WORDS = [
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.sampled_from(WORDS), max_size=60))
 def test_dense_and_sparse_scanning_agree(words):
-    from sidecar.core.compaction import ledger_scan
+    from ctxd_sidecar.core.compaction import ledger_scan
 
     text = " ".join(words)
     original = ledger_scan._dense

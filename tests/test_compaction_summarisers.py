@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plugins.extractive_summariser import ExtractiveSummariser, extract
-from plugins.openai_summariser import OpenAIConfig, OpenAISummariser
-from sidecar import config as config_mod
-from sidecar import plugins as plugins_mod
-from sidecar.core import errors
-from sidecar.core.compaction import (
+from ctxd_plugins.extractive_summariser import ExtractiveSummariser, extract
+from ctxd_plugins.openai_summariser import OpenAIConfig, OpenAISummariser
+from ctxd_sidecar import config as config_mod
+from ctxd_sidecar import plugins as plugins_mod
+from ctxd_sidecar.core import errors
+from ctxd_sidecar.core.compaction import (
     MalformedAnswer,
     MessageData,
     SummariserError,
@@ -26,8 +26,8 @@ from sidecar.core.compaction import (
     merge,
     summarise,
 )
-from sidecar.core.compaction.summarise import WINDOW_SAFETY
-from sidecar.hookspecs import hookimpl
+from ctxd_sidecar.core.compaction.summarise import WINDOW_SAFETY
+from ctxd_sidecar.hookspecs import hookimpl
 from tests.fake_openai import FakeOpenAI
 
 M = MessageData
@@ -388,7 +388,7 @@ def test_a_third_party_summariser_overrides_a_built_in_name_with_a_warning(caplo
     assert isinstance(found["custom"], Custom)
     (warning,) = [r for r in caplog.records if "overridden" in r.getMessage()]
     assert warning.summariser == "extractive" and warning.plugin == "third-party"
-    assert warning.overrides == ["plugins.extractive_summariser"]
+    assert warning.overrides == ["ctxd_plugins.extractive_summariser"]
 
 
 async def test_a_failing_plugin_becomes_a_summariser_error():
@@ -465,7 +465,7 @@ _IGNORING_CASE = {
 def test_the_word_search_finds_what_a_case_insensitive_search_finds(words):
     import re
 
-    from plugins import extractive_summariser as ex
+    from ctxd_plugins import extractive_summariser as ex
 
     text = " ".join(words)
     low = text.lower()

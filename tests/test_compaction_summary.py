@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sidecar.core.compaction import (
+from ctxd_sidecar.core.compaction import (
     MalformedAnswer,
     MessageData,
     Summary,
@@ -16,7 +16,7 @@ from sidecar.core.compaction import (
     skill_references,
     skills_to_evict,
 )
-from sidecar.core.compaction.summary import ITEM_MAX_CHARS
+from ctxd_sidecar.core.compaction.summary import ITEM_MAX_CHARS
 
 M = MessageData
 ANSWER = {

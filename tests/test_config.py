@@ -15,13 +15,13 @@ import grpc
 import pytest
 from pydantic import Field
 
-from plugins.openai_summariser import OpenAIConfig
-from sidecar import cli
-from sidecar import config as config_mod
-from sidecar import plugins as plugins_mod
-from sidecar.config import Config, ConfigError, ConfigTable, Table
-from sidecar.core.compaction import Summary
-from sidecar.hookspecs import hookimpl
+from ctxd_plugins.openai_summariser import OpenAIConfig
+from ctxd_sidecar import cli
+from ctxd_sidecar import config as config_mod
+from ctxd_sidecar import plugins as plugins_mod
+from ctxd_sidecar.config import Config, ConfigError, ConfigTable, Table
+from ctxd_sidecar.core.compaction import Summary
+from ctxd_sidecar.hookspecs import hookimpl
 from tests.conftest import FAST_RECONNECT, wait_serving
 
 OPENAI = "summariser.openai"
@@ -93,8 +93,8 @@ def test_unknown_environment_variables_are_a_warning_naming_them():
 
 def test_the_config_module_imports_nothing_of_the_domain():
     code = (
-        "import sys, sidecar.config, sidecar.config_loader, sidecar.hookspecs;"
-        "print(sorted(m for m in sys.modules if m.startswith(('sidecar.core', 'plugins'))))"
+        "import sys, ctxd_sidecar.config, ctxd_sidecar.config_loader, ctxd_sidecar.hookspecs;"
+        "print(sorted(m for m in sys.modules if m.startswith(('ctxd_sidecar.core', 'ctxd_plugins'))))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
@@ -332,7 +332,7 @@ def test_a_later_plugin_overrides_a_table_with_a_warning(pm):
     cfg = config_mod.load(env={}, overrides={f"{OPENAI}.volume": "3"}, plugins=pm)
     assert cfg.table(OPENAI, Loud).volume == 3
     assert cfg.warnings == (
-        f"config table '{OPENAI}' of plugins.openai_summariser is overridden by replacement",
+        f"config table '{OPENAI}' of ctxd_plugins.openai_summariser is overridden by replacement",
     )
 
 
@@ -350,9 +350,9 @@ def _installed(site: Path, group: str, name: str, source: str) -> None:
 
 PLUGIN_SOURCE = """
     from pydantic import BaseModel
-    from sidecar.config import ConfigTable, Table
-    from sidecar.hookspecs import hookimpl
-    from plugins.memory_store import MemoryStore
+    from ctxd_sidecar.config import ConfigTable, Table
+    from ctxd_sidecar.hookspecs import hookimpl
+    from ctxd_plugins.memory_store import MemoryStore
 
 
     class Settings(Table):
@@ -391,9 +391,9 @@ def tagged_site(tmp_path, monkeypatch):
 
 
 def test_the_ctxd_plugins_group_loads_and_may_override_a_built_in_scheme(tagged_site, caplog):
-    caplog.set_level(logging.WARNING, "sidecar.plugins")
+    caplog.set_level(logging.WARNING, "ctxd_sidecar.plugins")
     pm = plugins_mod.plugin_manager()
-    assert plugins_mod.scheme_owners(pm)["memory"] == ["plugins.memory_store", "ctxd_tagged"]
+    assert plugins_mod.scheme_owners(pm)["memory"] == ["ctxd_plugins.memory_store", "ctxd_tagged"]
     (warning,) = [r for r in caplog.records if r.getMessage().startswith("store scheme over")]
     assert (warning.scheme, warning.plugin) == ("memory", "ctxd_tagged")
     store = plugins_mod.open_store("memory://", pm)
@@ -407,17 +407,17 @@ def test_the_ctxd_plugins_group_loads_and_may_override_a_built_in_scheme(tagged_
 def test_ctxd_plugins_shows_each_scheme_with_the_plugin_that_serves_it(tagged_site):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tagged_site), *sys.path])}
     out = subprocess.run(
-        [sys.executable, "-m", "sidecar", "plugins"],
+        [sys.executable, "-m", "ctxd_sidecar", "plugins"],
         env=env,
         capture_output=True,
         text=True,
         check=True,
         timeout=60,
     ).stdout.splitlines()
-    assert "  memory: ctxd_tagged (overrides plugins.memory_store)" in out
+    assert "  memory: ctxd_tagged (overrides ctxd_plugins.memory_store)" in out
     assert "  tagged: ctxd_tagged" in out
     assert out.index("summarisers (name: plugin)") < out.index(
-        "  extractive: plugins.extractive_summariser"
+        "  extractive: ctxd_plugins.extractive_summariser"
     )
 
 
@@ -426,7 +426,7 @@ def test_ctxd_plugins_shows_each_scheme_with_the_plugin_that_serves_it(tagged_si
 
 def run_ctxd(*args: str, env: dict[str, str] | None = None, script: bool = False):
     ctxd = Path(sys.executable).with_name("ctxd")
-    cmd = [str(ctxd)] if script else [sys.executable, "-m", "sidecar"]
+    cmd = [str(ctxd)] if script else [sys.executable, "-m", "ctxd_sidecar"]
     return subprocess.run(
         [*cmd, *args],
         capture_output=True,
@@ -470,7 +470,7 @@ def test_the_console_script_and_other_verbs_behave_the_same(tmp_path):
 def test_serve_warns_at_start_about_unknown_variables_and_old_names(tmp_path):
     sock = tmp_path / "ctxd.sock"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sidecar", "serve", "--store", "memory://"]
+        [sys.executable, "-m", "ctxd_sidecar", "serve", "--store", "memory://"]
         + ["--listen", f"unix:{sock}", "--set", "log_format=text"],
         env={**os.environ, "CTXD_LISTNE": "typo", "CTXD_COMPACTION_OPENAI_MODEL": "m"},
         stderr=subprocess.PIPE,

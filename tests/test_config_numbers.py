@@ -14,10 +14,10 @@ import sys
 
 import pytest
 
-from sidecar import config as config_mod
-from sidecar import config_loader
-from sidecar.config import MAX_SECONDS, ConfigError
-from sidecar.plugins import plugin_manager
+from ctxd_sidecar import config as config_mod
+from ctxd_sidecar import config_loader
+from ctxd_sidecar.config import MAX_SECONDS, ConfigError
+from ctxd_sidecar.plugins import plugin_manager
 
 
 def _numeric_settings(kind: type) -> list[str]:
@@ -118,7 +118,7 @@ def test_serve_refuses_a_bad_number_with_one_line_and_exit_2(tmp_path, setting, 
     if setting is not None:
         args += ["--set", setting]
     proc = subprocess.run(
-        [sys.executable, "-m", "sidecar", "serve", *args],
+        [sys.executable, "-m", "ctxd_sidecar", "serve", *args],
         capture_output=True,
         text=True,
         timeout=30,

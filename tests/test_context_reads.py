@@ -9,7 +9,7 @@ import json
 import grpc
 import pytest
 
-from sidecar.api.ctxd.v1 import context_pb2 as pb
+from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 from tests.test_compaction_rpcs import append, assistant, tool, user
 
 DEFAULT_LIMIT = 4 * 1024 * 1024

@@ -11,8 +11,8 @@ import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from sidecar.api.ctxd.v1 import context_pb2 as pb
-from sidecar.core.contexts import ops
+from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
+from ctxd_sidecar.core.contexts import ops
 
 ROOT = "root"
 

@@ -11,8 +11,8 @@ import time
 import grpc
 import pytest
 
-from sidecar.api.ctxd.v1 import context_pb2 as pb
-from sidecar.core.contexts.persistence import head_key, log_key
+from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
+from ctxd_sidecar.core.contexts.persistence import head_key, log_key
 from tests.test_contexts import (
     append,
     assistant,

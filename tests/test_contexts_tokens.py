@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.core.contexts.model import Msg, ToolCall
-from sidecar.core.contexts.tokens import (
+from ctxd_sidecar.core.contexts.model import Msg, ToolCall
+from ctxd_sidecar.core.contexts.tokens import (
     MAX_RATIO,
     MIN_RATIO,
     Calibration,
@@ -36,7 +36,7 @@ def test_message_estimate_counts_every_text_plus_overhead():
 )
 def test_the_estimate_from_lengths_is_the_message_estimate(kind, text, content):
     # A restore estimates from the stored lengths; it must agree with the message's own.
-    from sidecar.core.estimate import estimate_plain
+    from ctxd_sidecar.core.estimate import estimate_plain
 
     m = Msg(kind, text=text, content=content)
     assert estimate_plain(kind, len(text), len(content)) == m.tokens

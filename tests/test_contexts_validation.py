@@ -6,7 +6,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from sidecar.api.ctxd.v1 import context_pb2 as pb
+from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 from tests.test_contexts import (
     append,
     assistant,

@@ -11,8 +11,8 @@ import time
 import grpc
 import pytest
 
-from sidecar.api.ctxd.v1 import context_pb2 as pb
-from sidecar.api.ctxd.v1 import context_pb2_grpc
+from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
+from ctxd_sidecar.api.ctxd.v1 import context_pb2_grpc
 from tests.conftest import FAST_RECONNECT
 from tests.test_contexts import append, assistant, full, list_all, rpc_error, texts, user
 

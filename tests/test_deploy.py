@@ -11,7 +11,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from sidecar import config
+from ctxd_sidecar import config
 
 ROOT = Path(__file__).resolve().parent.parent
 KUBE = ROOT / "deploy" / "kubernetes"

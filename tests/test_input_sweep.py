@@ -17,8 +17,8 @@ import threading
 import grpc
 import pytest
 
-from sidecar.api.ctxd.v1 import context_pb2 as cpb
-from sidecar.api.ctxd.v1 import memory_pb2 as mpb
+from ctxd_sidecar.api.ctxd.v1 import context_pb2 as cpb
+from ctxd_sidecar.api.ctxd.v1 import memory_pb2 as mpb
 
 SC = grpc.StatusCode
 TOKEN = "sweep-token-1234"
@@ -114,7 +114,7 @@ def generic_cases(cls) -> list[tuple[str, bytes, set]]:
     (bytes that do not parse as the request type) are INTERNAL in grpcio;
     anything that parses goes through ctxd's validation."""
     parsed = {SC.OK, SC.INVALID_ARGUMENT, SC.NOT_FOUND, SC.FAILED_PRECONDITION}
-    # ctxd decodes requests itself (sidecar.server.interceptors), so bytes
+    # ctxd decodes requests itself (ctxd_sidecar.server.interceptors), so bytes
     # that are not the method's message are INVALID_ARGUMENT naming "request".
     undecodable = {SC.INVALID_ARGUMENT}
     cases: list[tuple[str, bytes, set]] = [

@@ -15,9 +15,9 @@ import uuid
 import boto3
 import pytest
 
-from sidecar.core.keyindex import KeyIndex
-from sidecar.core.storage import Storage
-from sidecar.plugins import open_store
+from ctxd_sidecar.core.keyindex import KeyIndex
+from ctxd_sidecar.core.storage import Storage
+from ctxd_sidecar.plugins import open_store
 from tests.conftest import s3_uri
 from tests.memory_helpers import fails, list_all, memory_core, put, stop
 from tests.test_memory_index import NoListMemoryStore

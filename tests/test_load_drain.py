@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 import grpc
 import pytest
 
-from sidecar.api.ctxd.v1 import context_pb2 as cpb
-from sidecar.api.ctxd.v1 import context_pb2_grpc, memory_pb2_grpc
-from sidecar.api.ctxd.v1 import memory_pb2 as mpb
+from ctxd_sidecar.api.ctxd.v1 import context_pb2 as cpb
+from ctxd_sidecar.api.ctxd.v1 import context_pb2_grpc, memory_pb2_grpc
+from ctxd_sidecar.api.ctxd.v1 import memory_pb2 as mpb
 from tests.conftest import FAST_RECONNECT
 
 CLIENTS = 50
@@ -302,7 +302,7 @@ def serve_refused(*args: str) -> str:
     """``ctxd serve`` that must refuse to start: exit 2, one ``ctxd:`` line and
     no traceback in ALL of its stderr (which the spawn fixture truncates)."""
     proc = subprocess.run(
-        [sys.executable, "-m", "sidecar", "serve", "--listen", "127.0.0.1:0", *args],
+        [sys.executable, "-m", "ctxd_sidecar", "serve", "--listen", "127.0.0.1:0", *args],
         capture_output=True,
         text=True,
         timeout=60,

@@ -15,17 +15,17 @@ import sys
 import grpc
 import pytest
 
-from sidecar import logs
-from sidecar.api.ctxd.v1 import context_pb2 as cpb
-from sidecar.api.ctxd.v1 import context_pb2_grpc, memory_pb2_grpc
-from sidecar.api.ctxd.v1 import memory_pb2 as mpb
+from ctxd_sidecar import logs
+from ctxd_sidecar.api.ctxd.v1 import context_pb2 as cpb
+from ctxd_sidecar.api.ctxd.v1 import context_pb2_grpc, memory_pb2_grpc
+from ctxd_sidecar.api.ctxd.v1 import memory_pb2 as mpb
 from tests.conftest import FAST_RECONNECT, free_port, wait_serving
 
 TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 TOKEN = "s3cret-token-for-the-log-test"
 SECRET_TEXT = "payload-that-must-never-be-logged"
 #: What a traceback or a source location looks like in a line.
-LEAKS = ("Traceback", "/site-packages/", "/sidecar/", 'File "')
+LEAKS = ("Traceback", "/site-packages/", "/ctxd_sidecar/", "/ctxd_plugins/", 'File "')
 
 
 class Process:
@@ -33,7 +33,7 @@ class Process:
 
     def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
         self.address = f"127.0.0.1:{free_port()}"
-        cmd = [sys.executable, "-m", "sidecar", "serve", "--listen", self.address, *args]
+        cmd = [sys.executable, "-m", "ctxd_sidecar", "serve", "--listen", self.address, *args]
         self.proc = subprocess.Popen(
             cmd,
             env={**os.environ, **(env or {})},

@@ -11,7 +11,7 @@ import boto3
 import grpc
 import pytest
 
-from sidecar.api.ctxd.v1 import memory_pb2 as pb
+from ctxd_sidecar.api.ctxd.v1 import memory_pb2 as pb
 from tests.memory_helpers import (
     assert_bad_field,
     assert_cap,
@@ -473,7 +473,7 @@ def test_instances_sharing_a_bucket_are_isolated(start_sidecar, store_uri_for):
 
 
 def test_pages_with_large_values_end_early_but_lose_nothing(start_sidecar, store_uri_for):
-    from sidecar.core.memory import MAX_PAGE_VALUE_BYTES
+    from ctxd_sidecar.core.memory import MAX_PAGE_VALUE_BYTES
 
     r = start_sidecar(store_uri_for("lmdb"))
     value = '"' + "v" * (60 * 1024) + '"'

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from sidecar.api.ctxd.v1 import context_pb2 as pb
+from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 
 CAP_BYTES = 8 * 1024 * 1024
 

@@ -9,13 +9,13 @@ import json
 
 import pytest
 
-from plugins.memory_store import MemoryStore
-from sidecar.config import MemoryConfig
-from sidecar.core.errors import Conflict, InvalidArgument, LimitExceeded, NotFound
-from sidecar.core.jsonvalue import nesting_depth, validate_json
-from sidecar.core.memory import Memory, StoreMemory, decode_record, encode_record
-from sidecar.core.storage import Storage
-from sidecar.store import Capability, Store
+from ctxd_plugins.memory_store import MemoryStore
+from ctxd_sidecar.config import MemoryConfig
+from ctxd_sidecar.core.errors import Conflict, InvalidArgument, LimitExceeded, NotFound
+from ctxd_sidecar.core.jsonvalue import nesting_depth, validate_json
+from ctxd_sidecar.core.memory import Memory, StoreMemory, decode_record, encode_record
+from ctxd_sidecar.core.storage import Storage
+from ctxd_sidecar.store import Capability, Store
 from tests.memory_helpers import Clock
 
 CAPABILITIES = (Capability.LIST, Capability.DELETE, Capability.CONDITIONAL_PUT)

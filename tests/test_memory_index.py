@@ -14,13 +14,13 @@ import boto3
 import grpc
 import pytest
 
-from plugins.memory_store import MemoryStore
-from sidecar.api.ctxd.v1 import memory_pb2 as pb
-from sidecar.core.errors import FailedPrecondition
-from sidecar.core.keyindex import KeyIndex
-from sidecar.core.storage import Storage
-from sidecar.plugins import open_store
-from sidecar.store import Capability
+from ctxd_plugins.memory_store import MemoryStore
+from ctxd_sidecar.api.ctxd.v1 import memory_pb2 as pb
+from ctxd_sidecar.core.errors import FailedPrecondition
+from ctxd_sidecar.core.keyindex import KeyIndex
+from ctxd_sidecar.core.storage import Storage
+from ctxd_sidecar.plugins import open_store
+from ctxd_sidecar.store import Capability
 from tests.conftest import s3_uri
 from tests.memory_helpers import (
     call,

@@ -14,7 +14,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from sidecar.api.ctxd.v1 import memory_pb2 as pb
+from ctxd_sidecar.api.ctxd.v1 import memory_pb2 as pb
 from tests.conftest import free_port
 from tests.memory_helpers import assert_bad_field, assert_cap, call, fails, get, list_all, put
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import grpc
 
-from sidecar.api.ctxd.v1 import memory_pb2 as pb
-from sidecar.api.ctxd.v1 import memory_pb2_grpc
+from ctxd_sidecar.api.ctxd.v1 import memory_pb2 as pb
+from ctxd_sidecar.api.ctxd.v1 import memory_pb2_grpc
 
 DEFAULT_LIMIT = 4 * 1024 * 1024
 

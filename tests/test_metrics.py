@@ -8,8 +8,8 @@ import urllib.request
 import grpc
 import pytest
 
-from sidecar.api.ctxd.v1 import context_pb2 as cpb
-from sidecar.api.ctxd.v1 import memory_pb2 as mpb
+from ctxd_sidecar.api.ctxd.v1 import context_pb2 as cpb
+from ctxd_sidecar.api.ctxd.v1 import memory_pb2 as mpb
 from tests.conftest import free_port
 
 KEYS = 120

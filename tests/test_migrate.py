@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from sidecar.api.ctxd.v1 import context_pb2 as cpb
-from sidecar.api.ctxd.v1 import memory_pb2 as mpb
+from ctxd_sidecar.api.ctxd.v1 import context_pb2 as cpb
+from ctxd_sidecar.api.ctxd.v1 import memory_pb2 as mpb
 
 
 def _fill(sc) -> dict:
@@ -40,7 +40,7 @@ def _fill(sc) -> dict:
 
 def _migrate(src: str, dst: str, *extra: str) -> tuple[int, dict | str]:
     proc = subprocess.run(
-        [sys.executable, "-m", "sidecar", "migrate", "--from", src, "--to", dst, *extra],
+        [sys.executable, "-m", "ctxd_sidecar", "migrate", "--from", src, "--to", dst, *extra],
         capture_output=True,
         text=True,
         timeout=300,

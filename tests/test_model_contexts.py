@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
 
-from sidecar.api.ctxd.v1 import context_pb2 as pb
+from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 from tests.memory_helpers import stop
 
 IDS = ["root", "c1", "c2", "conv.3"]

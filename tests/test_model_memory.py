@@ -21,7 +21,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from sidecar.api.ctxd.v1 import memory_pb2 as pb
+from ctxd_sidecar.api.ctxd.v1 import memory_pb2 as pb
 from tests.memory_helpers import Clock, list_all, memory_core, stop
 
 KEYS = ["a", "a/x", "a/y", "a/y/z", "b", "b.c", "bz"]

@@ -8,10 +8,10 @@ import itertools
 
 import pytest
 
-from sidecar import config as config_mod
-from sidecar.api.ctxd.v1 import memory_pb2 as mpb
-from sidecar.core.contexts import persistence
-from sidecar.core.memory import NAMESPACE as MEMORY
+from ctxd_sidecar import config as config_mod
+from ctxd_sidecar.api.ctxd.v1 import memory_pb2 as mpb
+from ctxd_sidecar.core.contexts import persistence
+from ctxd_sidecar.core.memory import NAMESPACE as MEMORY
 
 TRICKY = [
     ("ctxd/default", "memory"),  # would list prefix=ctxd instance=default as memory/<key>

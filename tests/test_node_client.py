@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from sidecar.api.ctxd.v1 import context_pb2, memory_pb2
+from ctxd_sidecar.api.ctxd.v1 import context_pb2, memory_pb2
 from tests.node_helpers import ROOT, TS_CLIENT, npm_ci, require_node_and_npm
 
 require_node_and_npm()

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from sidecar import config as config_mod
-from sidecar.config import PlanConfig
-from sidecar.core.errors import FailedPrecondition, InvalidArgument, LimitExceeded, NotFound
-from sidecar.core.plan import (
+from ctxd_sidecar import config as config_mod
+from ctxd_sidecar.config import PlanConfig
+from ctxd_sidecar.core.errors import FailedPrecondition, InvalidArgument, LimitExceeded, NotFound
+from ctxd_sidecar.core.plan import (
     TRANSITIONS,
     Binding,
     BindingKind,

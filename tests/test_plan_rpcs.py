@@ -8,7 +8,7 @@ import json
 import grpc
 import pytest
 
-from sidecar.api.ctxd.v1 import context_pb2 as pb
+from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 
 S = pb  # enum values live on the module
 

@@ -1,5 +1,5 @@
 """Third-party store plugins: the example package (examples/store-plugin)
-pip-installed for real and found through its ``ctxd.stores`` entry point,
+pip-installed for real and found through its ``ctxd.plugins`` entry point,
 its own conformance tests run against the installed copy, and a sidecar
 serving from it."""
 
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.api.ctxd.v1 import memory_pb2
-from sidecar.plugins import available_schemes, open_store, plugin_manager
+from ctxd_sidecar.api.ctxd.v1 import memory_pb2
+from ctxd_sidecar.plugins import available_schemes, open_store, plugin_manager
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "store-plugin"
 BUILT_IN_SCHEMES = ["lmdb", "memory", "s3"]
@@ -87,7 +87,7 @@ class TestInstalledDirStoreWithoutLocking(_example.TestDirStoreWithoutLocking):
 
 def test_installed_plugin_is_found_through_its_entry_point(with_dirstore, tmp_path):
     (entry_point,) = [
-        ep for ep in importlib.metadata.entry_points(group="ctxd.stores") if ep.name == "dir"
+        ep for ep in importlib.metadata.entry_points(group="ctxd.plugins") if ep.name == "dir"
     ]
     assert entry_point.value == "ctxd_dirstore"
     pm = plugin_manager()
@@ -133,7 +133,7 @@ def test_a_malformed_uri_is_the_plugins_clear_error(with_dirstore, uri, needle):
 def test_ctxd_plugins_lists_the_installed_scheme(dirstore_site):
     env = {**os.environ, "PYTHONPATH": str(dirstore_site)}
     out = subprocess.run(
-        [sys.executable, "-m", "sidecar", "plugins"],
+        [sys.executable, "-m", "ctxd_sidecar", "plugins"],
         env=env,
         capture_output=True,
         text=True,
@@ -145,12 +145,12 @@ def test_ctxd_plugins_lists_the_installed_scheme(dirstore_site):
     assert lines[0] == "stores (scheme: plugin)"
     assert stores == [
         "  dir: ctxd_dirstore",
-        "  lmdb: plugins.lmdb_store",
-        "  memory: plugins.memory_store",
-        "  s3: plugins.s3",
+        "  lmdb: ctxd_plugins.lmdb_store",
+        "  memory: ctxd_plugins.memory_store",
+        "  s3: ctxd_plugins.s3",
     ]
-    assert "  extractive: plugins.extractive_summariser" in lines
-    assert "  summariser.openai: plugins.openai_summariser" in lines
+    assert "  extractive: ctxd_plugins.extractive_summariser" in lines
+    assert "  summariser.openai: ctxd_plugins.openai_summariser" in lines
     assert "schemes: dir, lmdb, memory, s3" in lines
 
 

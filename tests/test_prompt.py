@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from sidecar import config as config_mod
-from sidecar.config import PromptConfig, SkillsConfig
-from sidecar.core.plan import Binding, BindingKind, Planner, RunOutcome
-from sidecar.core.prompt import PromptAssembler, Template, builtin_template
-from sidecar.core.skills import SkillCatalogue
+from ctxd_sidecar import config as config_mod
+from ctxd_sidecar.config import PromptConfig, SkillsConfig
+from ctxd_sidecar.core.plan import Binding, BindingKind, Planner, RunOutcome
+from ctxd_sidecar.core.prompt import PromptAssembler, Template, builtin_template
+from ctxd_sidecar.core.skills import SkillCatalogue
 from tests.mcp_skills_server import command_line, write_skill
 
 TTL = 1200.0

@@ -7,7 +7,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from sidecar.api.ctxd.v1 import context_pb2 as pb
+from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 from tests.mcp_skills_server import write_skill
 from tests.test_skills_rpcs import domain, lmdb_uri, refresh, say, skills, start, wait_for
 

@@ -88,7 +88,7 @@ def test_no_breaking_change_against_the_last_release(tmp_path):
 @pytest.mark.parametrize(
     "copy",
     [
-        "sidecar/api/ctxd/v1",
+        "sidecar/ctxd_sidecar/api/ctxd/v1",
         "clients/python/ctxd_client/_api/ctxd/v1",
         "clients/typescript/proto/ctxd/v1",
     ],
@@ -106,7 +106,7 @@ def test_server_and_client_generated_code_describe_the_same_api():
     from ctxd_client._api.ctxd.v1 import context_pb2 as client_ctx
     from ctxd_client._api.ctxd.v1 import memory_pb2 as client_mem
 
-    from sidecar.api.ctxd.v1 import context_pb2, memory_pb2
+    from ctxd_sidecar.api.ctxd.v1 import context_pb2, memory_pb2
 
     assert client_ctx.DESCRIPTOR.serialized_pb == context_pb2.DESCRIPTOR.serialized_pb
     assert client_mem.DESCRIPTOR.serialized_pb == memory_pb2.DESCRIPTOR.serialized_pb
@@ -114,7 +114,7 @@ def test_server_and_client_generated_code_describe_the_same_api():
 
 @pytest.mark.parametrize(
     ("source", "inside"),
-    [(ROOT, "sidecar/api/ctxd/v1"), (ROOT / "clients" / "python", "ctxd_client/_api/ctxd/v1")],
+    [(ROOT, "sidecar/ctxd_sidecar/api/ctxd/v1"), (ROOT / "clients" / "python", "ctxd_client/_api/ctxd/v1")],
     ids=["server", "python-client"],
 )
 def test_wheels_ship_the_protos(source, inside, tmp_path):

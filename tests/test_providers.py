@@ -16,13 +16,13 @@ from hypothesis import strategies as st
 from openai.types.chat import ChatCompletionMessageParam
 from pydantic import TypeAdapter, ValidationError
 
-from sidecar.core.compaction.cut import USER_PREAMBLE_HEAD
-from sidecar.core.contexts.model import ASSISTANT, NOTE, SYSTEM, TOOL, USER, Msg, ToolCall
-from sidecar.core.errors import InvalidArgument
-from sidecar.core.providers import ANTHROPIC, OPENAI, parse_turn, relabel
-from sidecar.core.providers.anthropic import to_anthropic
-from sidecar.core.providers.common import PENDING_RESULT, dumps
-from sidecar.core.providers.openai import to_openai
+from ctxd_sidecar.core.compaction.cut import USER_PREAMBLE_HEAD
+from ctxd_sidecar.core.contexts.model import ASSISTANT, NOTE, SYSTEM, TOOL, USER, Msg, ToolCall
+from ctxd_sidecar.core.errors import InvalidArgument
+from ctxd_sidecar.core.providers import ANTHROPIC, OPENAI, parse_turn, relabel
+from ctxd_sidecar.core.providers.anthropic import to_anthropic
+from ctxd_sidecar.core.providers.common import PENDING_RESULT, dumps
+from ctxd_sidecar.core.providers.openai import to_openai
 
 OPENAI_MESSAGES = TypeAdapter(list[ChatCompletionMessageParam])
 ANTHROPIC_MESSAGES = TypeAdapter(list[MessageParam])

@@ -11,8 +11,8 @@ import json
 import grpc
 import pytest
 
-from sidecar.api.ctxd.v1 import context_pb2 as pb
-from sidecar.core.compaction.cut import USER_PREAMBLE_HEAD
+from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
+from ctxd_sidecar.core.compaction.cut import USER_PREAMBLE_HEAD
 from tests.test_providers import ANTHROPIC_RUN, OPENAI_RUN, check_anthropic, check_openai
 
 OA, AN, CT = pb.MESSAGE_FORMAT_OPENAI, pb.MESSAGE_FORMAT_ANTHROPIC, pb.MESSAGE_FORMAT_CTXD

@@ -13,8 +13,8 @@ import time
 import grpc
 import pytest
 
-from sidecar.api.ctxd.v1 import memory_pb2 as pb
-from sidecar.api.ctxd.v1 import memory_pb2_grpc
+from ctxd_sidecar.api.ctxd.v1 import memory_pb2 as pb
+from ctxd_sidecar.api.ctxd.v1 import memory_pb2_grpc
 from tests.conftest import FAST_RECONNECT
 from tests.crashloop import kill_while_working
 from tests.memory_helpers import list_all

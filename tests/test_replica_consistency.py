@@ -13,7 +13,7 @@ import time
 import grpc
 import pytest
 
-from sidecar.api.ctxd.v1 import context_pb2 as pb
+from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 from tests.test_contexts import append, full, rpc_error, texts, user
 
 BACKENDS = ["s3", "s3-nolist"]

@@ -10,8 +10,8 @@ import threading
 import grpc
 import pytest
 
-from sidecar.api.ctxd.v1 import context_pb2 as cpb
-from sidecar.api.ctxd.v1 import memory_pb2 as mpb
+from ctxd_sidecar.api.ctxd.v1 import context_pb2 as cpb
+from ctxd_sidecar.api.ctxd.v1 import memory_pb2 as mpb
 
 TURNS_PER_WRITER = 15
 INCREMENTS_PER_WRITER = 15

@@ -12,9 +12,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2
 
-from plugins.s3.store import S3Store
-from sidecar.api.ctxd.v1 import memory_pb2
-from sidecar.store import PreconditionFailed, StoreUnavailable
+from ctxd_plugins.s3.store import S3Store
+from ctxd_sidecar.api.ctxd.v1 import memory_pb2
+from ctxd_sidecar.store import PreconditionFailed, StoreUnavailable
 from tests.conftest import s3_uri
 from tests.faultproxy import FaultProxy
 

@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from sidecar.api.ctxd.v1 import memory_pb2, memory_pb2_grpc
+from ctxd_sidecar.api.ctxd.v1 import memory_pb2, memory_pb2_grpc
 from tests.conftest import free_port
 
 TOKEN = "s3cr3t-token-value"

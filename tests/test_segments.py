@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from plugins.memory_store import MemoryStore
-from sidecar.core.contexts.calls import CallBook
-from sidecar.core.contexts.model import (
+from ctxd_plugins.memory_store import MemoryStore
+from ctxd_sidecar.core.contexts.calls import CallBook
+from ctxd_sidecar.core.contexts.model import (
     ASSISTANT,
     CONVERSATION,
     NOTE,
@@ -20,9 +20,9 @@ from sidecar.core.contexts.model import (
     Msg,
     ToolCall,
 )
-from sidecar.core.contexts.persistence import ContextStore, Damaged, seg_key
-from sidecar.core.contexts.segments import MAGIC, SegmentDamaged, decode_segment, encode_segment
-from sidecar.core.storage import Storage
+from ctxd_sidecar.core.contexts.persistence import ContextStore, Damaged, seg_key
+from ctxd_sidecar.core.contexts.segments import MAGIC, SegmentDamaged, decode_segment, encode_segment
+from ctxd_sidecar.core.storage import Storage
 
 
 def sample_messages() -> list[Msg]:
@@ -173,8 +173,8 @@ async def test_segment_format_json_writes_what_the_first_release_reads() -> None
 
 
 def test_segment_format_is_a_setting_with_two_values() -> None:
-    from sidecar import config
-    from sidecar.config import ConfigError
+    from ctxd_sidecar import config
+    from ctxd_sidecar.config import ConfigError
 
     assert config.load(env={}).contexts.segment_format == "columns"
     cfg = config.load(env={"CTXD_CONTEXTS_SEGMENT_FORMAT": "json"})

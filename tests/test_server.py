@@ -15,16 +15,16 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from grpc_status import rpc_status
 
-from sidecar.api.ctxd.v1 import context_pb2 as cpb
-from sidecar.api.ctxd.v1 import memory_pb2
-from sidecar.server.interceptors import (
+from ctxd_sidecar.api.ctxd.v1 import context_pb2 as cpb
+from ctxd_sidecar.api.ctxd.v1 import memory_pb2
+from ctxd_sidecar.server.interceptors import (
     HEALTH_WATCH,
     WATCH_CONTEXT,
     Pipeline,
     Registrar,
     _names_context,
 )
-from sidecar.server.registration import add_service
+from ctxd_sidecar.server.registration import add_service
 from tests.conftest import FAST_RECONNECT, free_port, wait_serving
 
 
@@ -95,7 +95,7 @@ def test_unix_socket(tmp_path):
 def test_bad_configuration_is_a_clear_error(args, needle):
     port = free_port()
     proc = subprocess.run(
-        [sys.executable, "-m", "sidecar", "serve", "--listen", f"127.0.0.1:{port}", *args],
+        [sys.executable, "-m", "ctxd_sidecar", "serve", "--listen", f"127.0.0.1:{port}", *args],
         capture_output=True,
         text=True,
         timeout=30,
@@ -106,7 +106,7 @@ def test_bad_configuration_is_a_clear_error(args, needle):
 
 
 def test_config_precedence_flags_over_env_over_file(tmp_path):
-    from sidecar import config
+    from ctxd_sidecar import config
 
     f = tmp_path / "ctxd.toml"
     f.write_text('listen = "127.0.0.1:1"\ninstance = "from-file"\n[memory]\nmax_keys = 7\n')
@@ -197,7 +197,7 @@ def test_a_stop_ends_health_watch_with_not_serving_then_unavailable(start_sideca
 def _refused(*args: str) -> str:
     """Run ``ctxd serve`` that must refuse to start; all of its stderr."""
     proc = subprocess.run(
-        [sys.executable, "-m", "sidecar", "serve", *args],
+        [sys.executable, "-m", "ctxd_sidecar", "serve", *args],
         capture_output=True,
         text=True,
         timeout=30,

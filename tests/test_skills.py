@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from sidecar import config as config_mod
-from sidecar.config import SkillsConfig
-from sidecar.core.errors import LimitExceeded, NotFound, Unavailable
-from sidecar.core.skills import (
+from ctxd_sidecar import config as config_mod
+from ctxd_sidecar.config import SkillsConfig
+from ctxd_sidecar.core.errors import LimitExceeded, NotFound, Unavailable
+from ctxd_sidecar.core.skills import (
     SkillCatalogue,
     SkillRef,
     cap_body,

@@ -11,7 +11,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from sidecar.api.ctxd.v1 import context_pb2 as pb
+from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 from tests.mcp_skills_server import command_line, write_skill
 
 #: Generous: a cold Python + mcp import on a busy 2-core machine.

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from sidecar import config as config_mod
-from sidecar.server.app import Sidecar, StartupError
+from ctxd_sidecar import config as config_mod
+from ctxd_sidecar.server.app import Sidecar, StartupError
 from tests.conftest import free_port
 
 
@@ -24,7 +24,7 @@ def refused(tmp_path: Path, *args: str) -> str:
     """Run ``ctxd serve`` on an LMDB store that must refuse; its one line."""
     data = tmp_path / "data"
     proc = subprocess.run(
-        [sys.executable, "-m", "sidecar", "serve", "--store", f"lmdb://{data}", *args],
+        [sys.executable, "-m", "ctxd_sidecar", "serve", "--store", f"lmdb://{data}", *args],
         capture_output=True,
         text=True,
         timeout=30,

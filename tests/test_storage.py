@@ -17,12 +17,12 @@ import boto3
 import lmdb
 import pytest
 
-from plugins.lmdb_store import LmdbStore
-from plugins.memory_store import MemoryStore
-from sidecar.core.errors import Conflict, InvalidArgument, LimitExceeded, Unavailable
-from sidecar.core.storage import TOMBSTONE, Storage
-from sidecar.plugins import open_store
-from sidecar.store import (
+from ctxd_plugins.lmdb_store import LmdbStore
+from ctxd_plugins.memory_store import MemoryStore
+from ctxd_sidecar.core.errors import Conflict, InvalidArgument, LimitExceeded, Unavailable
+from ctxd_sidecar.core.storage import TOMBSTONE, Storage
+from ctxd_sidecar.plugins import open_store
+from ctxd_sidecar.store import (
     Capability,
     Item,
     PreconditionFailed,
@@ -373,7 +373,7 @@ async def test_store_failures_reach_the_observer_by_kind(storage_for, error, kin
 async def test_the_prometheus_observer_keeps_the_store_metric_names(storage_for):
     from prometheus_client import REGISTRY
 
-    from sidecar import metrics
+    from ctxd_sidecar import metrics
 
     def sample(name, **labels):
         return REGISTRY.get_sample_value(name, labels) or 0
@@ -425,8 +425,8 @@ async def test_async_writes_are_awaited_on_the_stores_own_thread(tmp_path, stora
 def test_store_hooks_serve_one_scheme_through_pluggy():
     import pluggy
 
-    from sidecar import hookspecs
-    from sidecar.storeplugin import store_hooks
+    from ctxd_sidecar import hookspecs
+    from ctxd_sidecar.storeplugin import store_hooks
 
     opened = []
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from plugins.lmdb_store import LmdbStore
-from plugins.memory_store import MemoryStore
-from sidecar.plugins import open_store
-from sidecar.testing.store_conformance import StoreConformance
+from ctxd_plugins.lmdb_store import LmdbStore
+from ctxd_plugins.memory_store import MemoryStore
+from ctxd_sidecar.plugins import open_store
+from ctxd_sidecar.testing.store_conformance import StoreConformance
 
 
 class TestMemoryStore(StoreConformance):

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from sidecar.plugins import open_store
+from ctxd_sidecar.plugins import open_store
 
 
 @pytest.mark.parametrize(
@@ -24,7 +24,7 @@ def test_unknown_store_options_are_refused(tmp_path, uri, bad):
     with pytest.raises(ValueError, match=f"unknown .* store option '{bad}'"):
         open_store(uri)
     proc = subprocess.run(
-        [sys.executable, "-m", "sidecar", "serve", "--listen", "127.0.0.1:0", "--store", uri],
+        [sys.executable, "-m", "ctxd_sidecar", "serve", "--listen", "127.0.0.1:0", "--store", uri],
         capture_output=True,
         text=True,
         timeout=60,
@@ -62,7 +62,7 @@ def test_s3_numeric_options_are_finite_positive_numbers(option, message):
 def test_an_infinite_s3_option_stops_serve_with_one_line():
     uri = "s3://bucket/prefix?max_attempts=inf"
     proc = subprocess.run(
-        [sys.executable, "-m", "sidecar", "serve", "--listen", "127.0.0.1:0", "--store", uri],
+        [sys.executable, "-m", "ctxd_sidecar", "serve", "--listen", "127.0.0.1:0", "--store", uri],
         capture_output=True,
         text=True,
         timeout=60,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from sidecar.api.ctxd.v1 import context_pb2 as pb
+from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 from tests.test_contexts import append, assistant, bad_field, full, rpc_error, tool_text, user
 
 CALL = ("D1", "f", "{}")

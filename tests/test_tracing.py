@@ -10,8 +10,8 @@ from concurrent import futures
 import grpc
 import pytest
 
-from sidecar.api.ctxd.v1 import context_pb2 as cpb
-from sidecar.api.ctxd.v1 import memory_pb2 as mpb
+from ctxd_sidecar.api.ctxd.v1 import context_pb2 as cpb
+from ctxd_sidecar.api.ctxd.v1 import memory_pb2 as mpb
 from tests.conftest import free_port
 
 trace_service = pytest.importorskip("opentelemetry.proto.collector.trace.v1.trace_service_pb2")

@@ -9,8 +9,8 @@ import time
 import grpc
 import pytest
 
-from sidecar.api.ctxd.v1 import context_pb2 as pb
-from sidecar.core.contexts.events import Subscription, WatchEvent
+from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
+from ctxd_sidecar.core.contexts.events import Subscription, WatchEvent
 from tests.test_compaction_rpcs import Watcher, append, apply, plan, tool_turn, user
 
 K = pb.ContextEventKind

@@ -9,8 +9,8 @@ import sys
 
 PROBE = """
 import sys
-import sidecar.server.app
-from sidecar.plugins import plugin_manager, open_store
+import ctxd_sidecar.server.app
+from ctxd_sidecar.plugins import plugin_manager, open_store
 pm = plugin_manager()
 store = open_store("lmdb://{path}", pm)
 store.close()

@@ -3,10 +3,10 @@ what building them object by object gives."""
 
 from __future__ import annotations
 
-from sidecar.api.ctxd.v1 import context_pb2 as pb
-from sidecar.core.compaction.summary import Summary
-from sidecar.core.contexts import views
-from sidecar.core.contexts.model import (
+from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
+from ctxd_sidecar.core.compaction.summary import Summary
+from ctxd_sidecar.core.contexts import views
+from ctxd_sidecar.core.contexts.model import (
     ASSISTANT,
     NOTE,
     SYSTEM,
@@ -16,8 +16,8 @@ from sidecar.core.contexts.model import (
     Msg,
     ToolCall,
 )
-from sidecar.server import wire
-from sidecar.server.context_convert import (
+from ctxd_sidecar.server import wire
+from ctxd_sidecar.server.context_convert import (
     context_meta_pb,
     fill_context_pb,
     fill_slice_pb,

@@ -1,8 +1,8 @@
 """ctxd store plugin: ``dir://PATH`` keeps one file per key under PATH.
 
-ctxd finds this module through the ``ctxd.stores`` entry point (see
+ctxd finds this module through the ``ctxd.plugins`` entry point (see
 pyproject.toml) and calls the two hook implementations that
-:func:`sidecar.storeplugin.store_hooks` makes from :func:`open_dir`.
+:func:`ctxd_sidecar.storeplugin.store_hooks` makes from :func:`open_dir`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from urllib.parse import unquote, urlsplit
 
 from ctxd_dirstore.store import DirStore
-from sidecar.storeplugin import store_hooks
+from ctxd_sidecar.storeplugin import store_hooks
 
 __all__ = ["DirStore", "ctxd_open_store", "ctxd_store_schemes", "open_dir"]
 

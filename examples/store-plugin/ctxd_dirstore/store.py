@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from sidecar.store import (
+from ctxd_sidecar.store import (
     Capability,
     Item,
     Store,

@@ -3,8 +3,8 @@ its URI so the entry point and hooks are tested too."""
 
 import pytest
 
-from sidecar.plugins import open_store
-from sidecar.testing.store_conformance import StoreConformance
+from ctxd_sidecar.plugins import open_store
+from ctxd_sidecar.testing.store_conformance import StoreConformance
 
 
 class TestDirStore(StoreConformance):

@@ -1,0 +1,5 @@
+import sys
+
+from ctxd_sidecar.cli import main
+
+sys.exit(main())

@@ -1,0 +1,366 @@
+"""The admin subcommands: parsers and what each one does.
+
+Every verb prints a readable table by default and JSON with ``--json`` (one
+document, or JSON lines for streams). A failed call is one line on stderr,
+``ctxd: STATUS: message``, and exit 1; usage errors exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+
+from ctxd_sidecar.admin import render, transfer
+from ctxd_sidecar.admin.client import Client
+from ctxd_sidecar.admin.connect import AdminError, add_connection_flags, target
+from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
+
+VERBS = ("health", "contexts", "memory", "watch")
+#: Summary list items `contexts show` prints per field.
+SUMMARY_ITEMS = 5
+
+
+def _common(p: argparse.ArgumentParser, *, json_flag: bool = True) -> None:
+    if json_flag:
+        p.add_argument("--json", action="store_true", help="JSON for scripts")
+    add_connection_flags(p)
+
+
+def register(sub) -> None:
+    """Add the admin verbs to ``ctxd``'s subparsers."""
+    h = sub.add_parser("health", help="exit 0 when the sidecar is SERVING, 1 otherwise")
+    h.add_argument("--service", default="", help="health service name ('' = the process)")
+    _common(h)
+
+    c = sub.add_parser("contexts", help="list, show, export, import, compact or delete contexts")
+    cs = c.add_subparsers(dest="action", required=True)
+    ls = cs.add_parser("list", help="every context, in id order")
+    ls.add_argument("--archived", action="store_true", help="include archived conversations")
+    _common(ls)
+    show = cs.add_parser("show", help="one context: record, summary, plan, last messages")
+    show.add_argument("id")
+    show.add_argument("--tail", type=int, default=20, help="messages to show (default 20)")
+    _common(show)
+    ex = cs.add_parser("export", help="contexts as JSON lines (header, then messages)")
+    ex.add_argument("ids", nargs="+", metavar="ID")
+    ex.add_argument("-o", "--output", help="file to write (default stdout)")
+    _common(ex, json_flag=False)
+    im = cs.add_parser("import", help="recreate exported contexts ('-' reads stdin)")
+    im.add_argument("file")
+    _common(im)
+    cp = cs.add_parser("compact", help="compact now with the sidecar's summariser")
+    cp.add_argument("id")
+    cp.add_argument("--keep-last", type=int, default=0, help="messages kept verbatim")
+    cp.add_argument("--summariser", default="", help="summariser plugin (default configured)")
+    _common(cp)
+    de = cs.add_parser("delete", help="delete a conversation and everything stored for it")
+    de.add_argument("id")
+    _common(de)
+
+    m = sub.add_parser("memory", help="get, set, delete or list agent memory")
+    ms = m.add_subparsers(dest="action", required=True)
+    g = ms.add_parser("get", help="one record")
+    g.add_argument("key")
+    _common(g)
+    s = ms.add_parser("set", help="write a JSON value")
+    s.add_argument("key")
+    s.add_argument("value", metavar="JSON")
+    s.add_argument("--ttl", type=int, default=0, help="seconds to live (0: forever)")
+    _common(s)
+    d = ms.add_parser("delete", help="remove a key")
+    d.add_argument("key")
+    _common(d)
+    li = ms.add_parser("list", help="keys in order, optionally under a prefix")
+    li.add_argument("prefix", nargs="?", default="")
+    li.add_argument("--values", action="store_true", help="show values too")
+    _common(li)
+
+    w = sub.add_parser("watch", help="print a context's events until Ctrl-C")
+    w.add_argument("context")
+    _common(w)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Execute one admin verb; errors are one line on stderr."""
+    name = args.command if args.command in {"health", "watch"} else f"{args.command}_{args.action}"
+    try:
+        with Client(target(args)) as client:
+            return HANDLERS[name](client, args)
+    except AdminError as exc:
+        print(f"ctxd: {exc.message}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+# -- health -----------------------------------------------------------------------------
+def _health(client: Client, args) -> int:
+    try:
+        status = client.health(args.service)
+    except AdminError as exc:
+        status, detail = "UNREACHABLE", exc.message
+    else:
+        detail = ""
+    if args.json:
+        render.emit_json({"address": client.target.address, "status": status, "detail": detail})
+    else:
+        print(f"{status} {client.target.address}" + (f" ({detail})" if detail else ""))
+    return 0 if status == "SERVING" else 1
+
+
+# -- contexts ---------------------------------------------------------------------------
+def _kind(kind: int) -> str:
+    return render.enum_name(pb.ContextKind.Name(kind), "CONTEXT_KIND_")
+
+
+def _contexts_list(client: Client, args) -> int:
+    infos = list(client.list_contexts(include_archived=args.archived))
+    if args.json:
+        for info in infos:
+            render.emit_json(render.as_dict(info))
+        return 0
+    render.table(
+        ["ID", "KIND", "VERSION", "TURNS", "MESSAGES", "TOKENS", "WINDOW", "UPDATED"],
+        [
+            [
+                i.id + (" (archived)" if i.archived else ""),
+                _kind(i.kind),
+                i.version,
+                i.turns,
+                i.message_count,
+                i.est_tokens,
+                i.model_window,
+                render.when(i.updated_ms),
+            ]
+            for i in infos
+        ],
+    )
+    return 0
+
+
+def brief(m: pb.Message) -> tuple[str, str]:
+    kind = m.WhichOneof("kind") or "?"
+    body = getattr(m, kind) if kind != "?" else None
+    if kind == "assistant":
+        calls = ", ".join(f"{c.name}()" for c in body.tool_calls)
+        return kind, " ".join(x for x in (body.text, calls and f"[calls {calls}]") if x)
+    if kind == "tool":
+        content = body.json if body.WhichOneof("content") == "json" else body.text
+        return kind, f"{body.name}{' ERROR' if body.is_error else ''}: {content}"
+    return kind, getattr(body, "text", "")
+
+
+def _contexts_show(client: Client, args) -> int:
+    ctx, messages = transfer.read_full(client, args.id)
+    if args.json:
+        full = pb.Context()
+        full.CopyFrom(ctx)
+        del full.messages[:]
+        full.messages.extend(messages)
+        render.emit_json(render.as_dict(full))
+        return 0
+    rows = [
+        ("id", ctx.id),
+        ("kind", _kind(ctx.kind)),
+        ("version", ctx.version),
+        ("turns", ctx.turns),
+        ("messages", len(messages)),
+        ("tokens", f"{ctx.est_tokens} of {ctx.model_window}"),
+        ("model", ctx.model or "-"),
+        ("principal", ctx.principal or "-"),
+        ("task", ctx.task or "-"),
+        ("created", render.when(ctx.created_ms)),
+        ("updated", render.when(ctx.updated_ms)),
+        ("skills", ", ".join(s.name for s in ctx.skills) or "-"),
+        ("compactions", len(ctx.compactions)),
+        ("preflight", render.short(ctx.preflight_json) or "-"),
+    ]
+    render.table(["FIELD", "VALUE"], rows)
+    s = ctx.summary
+    if s.covers_messages or s.narrative or s.goals or s.facts:
+        print(f"\nsummary (covers {s.covers_messages} messages)")
+        for name in ("goals", "decisions", "open", "facts"):
+            items = getattr(s, name)
+            for item in items[:SUMMARY_ITEMS]:
+                print(f"  {name}: {render.short(item, 90)}")
+            if len(items) > SUMMARY_ITEMS:
+                print(f"  {name}: (+{len(items) - SUMMARY_ITEMS} more; --json shows all)")
+        if s.narrative:
+            print(f"  narrative: {render.short(s.narrative, 90)}")
+    if ctx.HasField("plan"):
+        print(f"\nplan: {ctx.plan.goal}")
+        render.table(
+            ["  ITEM", "STATUS", "TITLE", "NOTE"],
+            [
+                [
+                    f"  {i.id}",
+                    render.enum_name(pb.PlanItemStatus.Name(i.status), "PLAN_ITEM_STATUS_"),
+                    render.short(i.title, 40),
+                    render.short(i.note, 30),
+                ]
+                for i in ctx.plan.items
+            ],
+        )
+    tail = messages[-args.tail :] if args.tail > 0 else []
+    if tail:
+        print(f"\nlast {len(tail)} of {len(messages)} messages")
+        render.table(
+            ["ID", "TIME", "KIND", "TEXT"],
+            [[m.id, render.when(m.ts_ms), *_short(brief(m))] for m in tail],
+        )
+    return 0
+
+
+def _short(pair: tuple[str, str]) -> tuple[str, str]:
+    return pair[0], render.short(pair[1], 70)
+
+
+def _contexts_export(client: Client, args) -> int:
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as out:
+            transfer.write_export(client, args.ids, out)
+    else:
+        transfer.write_export(client, args.ids, sys.stdout)
+    return 0
+
+
+def _contexts_import(client: Client, args) -> int:
+    try:
+        fh = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")  # noqa: SIM115
+    except OSError as exc:
+        raise AdminError(f"cannot read {args.file}: {exc.strerror}", 2) from None
+    with fh:
+        contexts = list(transfer.parse(fh))
+    for header, messages in contexts:
+        done = transfer.import_context(client, header, messages)
+        if args.json:
+            render.emit_json(done)
+        else:
+            print(f"imported {done['id']}: {done['messages']} messages")
+    return 0
+
+
+def _contexts_compact(client: Client, args) -> int:
+    resp = client.compact(args.id, keep_last=args.keep_last, summariser=args.summariser)
+    if args.json:
+        render.emit_json(render.as_dict(resp))
+    elif resp.compacted:
+        print(
+            f"compacted {args.id}: folded {resp.folded} messages, "
+            f"{resp.tokens_before} -> {resp.tokens_after} tokens, v{resp.version} "
+            f"({resp.summariser})"
+        )
+    else:
+        print(f"nothing to compact in {args.id}: {resp.reason}")
+    return 0
+
+
+def _contexts_delete(client: Client, args) -> int:
+    deleted = client.delete(args.id)
+    if args.json:
+        render.emit_json({"id": args.id, "deleted": deleted})
+    else:
+        print(f"deleted {args.id}" if deleted else f"no context {args.id}")
+    return 0
+
+
+# -- memory -----------------------------------------------------------------------------
+def _record_row(r, values: bool) -> list:
+    row = [r.key, r.version, render.when(r.updated_ms), render.when(r.expires_at_ms), r.by or "-"]
+    return [*row, render.short(r.value_json, 60)] if values else row
+
+
+MEMORY_HEADERS = ["KEY", "VERSION", "UPDATED", "EXPIRES", "BY"]
+
+
+def _memory_get(client: Client, args) -> int:
+    r = client.memory_get(args.key)
+    if args.json:
+        render.emit_json(render.as_dict(r))
+    else:
+        print(r.value_json)
+    return 0
+
+
+def _memory_set(client: Client, args) -> int:
+    try:
+        json.loads(args.value)
+    except json.JSONDecodeError as exc:
+        raise AdminError(
+            f"the value is not JSON ({exc.msg}); quote strings: '\"text\"'", 2
+        ) from None
+    r = client.memory_set(args.key, args.value, args.ttl)
+    if args.json:
+        render.emit_json(render.as_dict(r))
+    else:
+        render.table(MEMORY_HEADERS, [_record_row(r, False)])
+    return 0
+
+
+def _memory_delete(client: Client, args) -> int:
+    deleted = client.memory_delete(args.key)
+    if args.json:
+        render.emit_json({"key": args.key, "deleted": deleted})
+    else:
+        print(f"deleted {args.key}" if deleted else f"no key {args.key}")
+    return 0
+
+
+def _memory_list(client: Client, args) -> int:
+    records = client.memory_list(args.prefix, values=args.values)
+    if args.json:
+        for r in records:
+            render.emit_json(render.as_dict(r))
+        return 0
+    headers = MEMORY_HEADERS + (["VALUE"] if args.values else [])
+    render.table(headers, [_record_row(r, args.values) for r in records])
+    return 0
+
+
+# -- watch ------------------------------------------------------------------------------
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _watch(client: Client, args) -> int:
+    """Until the stream ends or Ctrl-C/SIGTERM, which is a normal end (exit 0)."""
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        _print_events(client, args)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _print_events(client: Client, args) -> None:
+    for ev in client.watch(args.context):
+        if args.json:
+            render.emit_json(render.as_dict(ev))
+            continue
+        kind = render.enum_name(pb.ContextEventKind.Name(ev.kind), "CONTEXT_EVENT_KIND_")
+        extra = ""
+        if ev.kind == pb.CONTEXT_EVENT_KIND_COMPACTION:
+            extra = f" folded {ev.folded}, {ev.tokens_before} -> {ev.tokens_after} tokens"
+        if ev.detail:
+            extra += f" {ev.detail}"
+        print(f"{render.when(ev.ts_ms)} {ev.context_id} v{ev.version} {kind}{extra}", flush=True)
+
+
+HANDLERS = {
+    "health": _health,
+    "watch": _watch,
+    "contexts_list": _contexts_list,
+    "contexts_show": _contexts_show,
+    "contexts_export": _contexts_export,
+    "contexts_import": _contexts_import,
+    "contexts_compact": _contexts_compact,
+    "contexts_delete": _contexts_delete,
+    "memory_get": _memory_get,
+    "memory_set": _memory_set,
+    "memory_delete": _memory_delete,
+    "memory_list": _memory_list,
+}

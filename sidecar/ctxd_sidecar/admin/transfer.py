@@ -1,0 +1,265 @@
+"""Export and import contexts as JSON lines that round-trip exactly.
+
+A context is a header line followed by one line per live message::
+
+    {"ctxd_export": 1, "id": ..., "kind": ..., "version": ..., "summary": {...},
+     "plan": {...}, "skills": [...], "preflight": "...", "principal": ...,
+     "task": ..., "model": ..., "model_window": ..., "folded": K, "messages": N}
+    {"id": "m7", "ts_ms": "...", "user": {"text": "..."}}   # ctxd.v1.Message
+    ...
+
+Several contexts may follow each other in one file. Message lines are
+``json_format.MessageToDict`` with proto field names, so ids and timestamps
+are kept.
+
+Import rebuilds the context through the public API only:
+
+* ``folded`` (messages compaction already folded, so ids start at
+  ``m{K+1}``) placeholder notes are appended first, then the messages in
+  turns, keeping their timestamps;
+* when there was a summary (or anything folded) a compaction planned to
+  fold exactly the placeholders is applied with the summary as the answer,
+  as soon as enough messages follow them for a valid cut (a user message or
+  a whole tool round), so the summary is restored and the messages get
+  their original ids;
+* the plan is re-created (ids, titles, details) and each item's status,
+  note and binding set; the preflight verdict is set.
+
+An import that fails part-way deletes what it created, so it can be run
+again once the cause is fixed.
+
+Not restored: the version and timestamps of the record itself, the
+summary's verbatim ledger (not part of the API), loaded skills (named in the
+header; load them again with LoadSkill) and the compaction archive
+(ExpandCompaction on the imported context shows the placeholders).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterable, Iterator
+from typing import IO
+
+from google.protobuf import json_format
+
+from ctxd_sidecar.admin.client import Client
+from ctxd_sidecar.admin.connect import AdminError
+from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
+
+FORMAT = 1
+#: Messages per AppendTurn on import (the server's default cap is 256).
+TURN = 200
+PLACEHOLDER = "folded before export"
+#: The largest model_window AppendTurn accepts (ctxd_sidecar.core.contexts.turns;
+#: not imported, to keep the client light).
+MAX_MODEL_WINDOW = 100_000_000
+
+
+def _dict(msg) -> dict:
+    return json_format.MessageToDict(msg, preserving_proto_field_name=True)
+
+
+def read_full(client: Client, context_id: str) -> tuple[pb.Context, list[pb.Message]]:
+    """Every page of the FULL view; starts over when a compaction or plan
+    change invalidates the page token (ABORTED)."""
+    for _attempt in range(5):
+        messages: list[pb.Message] = []
+        token = ""
+        last = None
+        try:
+            while True:
+                resp = client.get_context(context_id, page_token=token)
+                last = resp.context
+                messages.extend(resp.context.messages)
+                token = resp.next_page_token
+                if not token:
+                    return last, messages
+        except AdminError as exc:
+            if not exc.message.startswith("ABORTED"):
+                raise
+    raise AdminError(f"ABORTED: context {context_id} kept changing while it was exported")
+
+
+def _seq(message_id: str) -> int:
+    try:
+        return int(message_id[1:]) if message_id.startswith("m") else 0
+    except ValueError:
+        return 0
+
+
+def export_lines(ctx: pb.Context, messages: list[pb.Message]) -> Iterator[str]:
+    folded = _seq(messages[0].id) - 1 if messages else ctx.summary.covers_messages
+    header = {
+        "ctxd_export": FORMAT,
+        "id": ctx.id,
+        "kind": pb.ContextKind.Name(ctx.kind),
+        "version": ctx.version,
+        "summary": _dict(ctx.summary),
+        "plan": _dict(ctx.plan) if ctx.HasField("plan") else None,
+        "skills": [_dict(s) for s in ctx.skills],
+        "preflight": ctx.preflight_json,
+        "principal": ctx.principal,
+        "task": ctx.task,
+        "model": ctx.model,
+        "model_window": ctx.model_window,
+        "folded": max(folded, 0),
+        "messages": len(messages),
+    }
+    yield json.dumps(header, ensure_ascii=False, sort_keys=True)
+    for m in messages:
+        yield json.dumps(_dict(m), ensure_ascii=False, sort_keys=True)
+
+
+def parse(lines: Iterable[str]) -> Iterator[tuple[dict, list[pb.Message]]]:
+    """(header, messages) per exported context; AdminError(code 2) on bad input."""
+    header: dict | None = None
+    messages: list[pb.Message] = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise AdminError(f"line {n}: not JSON ({exc.msg})", 2) from None
+        if isinstance(obj, dict) and "ctxd_export" in obj:
+            if header is not None:
+                yield _checked(header, messages)
+            if obj["ctxd_export"] != FORMAT:
+                raise AdminError(f"line {n}: unknown export format {obj['ctxd_export']!r}", 2)
+            header, messages = obj, []
+            continue
+        if header is None:
+            raise AdminError(f"line {n}: a message before any context header", 2)
+        try:
+            messages.append(json_format.ParseDict(obj, pb.Message()))
+        except (json_format.ParseError, TypeError) as exc:
+            raise AdminError(f"line {n}: not a ctxd message ({exc})", 2) from None
+    if header is None:
+        raise AdminError("no context in the input", 2)
+    yield _checked(header, messages)
+
+
+def _checked(header: dict, messages: list[pb.Message]) -> tuple[dict, list[pb.Message]]:
+    if header.get("messages", len(messages)) != len(messages):
+        raise AdminError(
+            f"context {header.get('id')}: header says {header['messages']} messages, "
+            f"found {len(messages)} (truncated file?)",
+            2,
+        )
+    return header, messages
+
+
+def _has_summary(summary: pb.Summary) -> bool:
+    return bool(
+        summary.goals or summary.decisions or summary.open or summary.facts or summary.narrative
+    )
+
+
+def import_context(client: Client, header: dict, messages: list[pb.Message]) -> dict:
+    """Rebuild one context in a sidecar that does not hold it yet; one that
+    fails half-way is deleted again, so the import can simply be retried."""
+    cid = header.get("id") or ""
+    existing = client.info(cid)
+    if existing is not None and existing.message_count:
+        raise AdminError(
+            f"FAILED_PRECONDITION: context {cid} already exists with "
+            f"{existing.message_count} messages; delete it first"
+        )
+    try:
+        return _rebuild(client, cid, header, messages)
+    except BaseException:
+        with contextlib.suppress(AdminError):
+            client.delete(cid)
+        raise
+
+
+def _rebuild(client: Client, cid: str, header: dict, messages: list[pb.Message]) -> dict:
+    summary = json_format.ParseDict(header.get("summary") or {}, pb.Summary())
+    folded = int(header.get("folded") or 0)
+    if _has_summary(summary) and not folded:
+        folded = 1  # something to fold the summary onto
+    attrs = {
+        "principal": header.get("principal") or "",
+        "task": header.get("task") or "",
+        "model": header.get("model") or "",
+        "model_window": int(header.get("model_window") or 0),
+    }
+    # Until the last turn the window is the largest allowed, so the target's
+    # automatic compaction does not fold half-imported history.
+    roomy = {"model_window": MAX_MODEL_WINDOW}
+    turns = 0
+
+    def append(batch: list[pb.Message], last: bool) -> None:
+        nonlocal turns
+        client.append(cid, batch, idempotency_key=f"import-{turns}", **(attrs if last else roomy))
+        turns += 1
+
+    rest = list(messages)
+    if folded:
+        for start in range(0, folded, TURN):
+            n = min(TURN, folded - start)
+            append([pb.Message(note=pb.NoteMessage(text=PLACEHOLDER)) for _ in range(n)], False)
+        # Live messages one at a time until the placeholders can be folded:
+        # the kept side must open at a user message or a whole tool round,
+        # as it did where the export came from.
+        kept = 0
+        while True:
+            if rest:
+                kept += 1
+                append(rest[:1], len(rest) == 1)
+                rest = rest[1:]
+            plan = client.plan_compaction(cid, keep_last=max(kept, 1))
+            if not plan.nothing_to_do and plan.fold_through_message_id == f"m{folded}":
+                _restore_summary(client, cid, summary, plan)
+                break
+            if not rest:
+                raise AdminError(
+                    f"FAILED_PRECONDITION: context {cid}: cannot fold the {folded} "
+                    f"placeholder(s) to restore the summary "
+                    f"({plan.reason or 'the cut lands elsewhere'})"
+                )
+    for start in range(0, len(rest), TURN):
+        append(rest[start : start + TURN], start + TURN >= len(rest))
+    if header.get("plan"):
+        _restore_plan(client, cid, json_format.ParseDict(header["plan"], pb.Plan()))
+    if header.get("preflight"):
+        client.set_preflight(cid, header["preflight"])
+    return {"id": cid, "messages": len(messages), "folded": folded}
+
+
+def _restore_summary(client: Client, cid: str, summary: pb.Summary, plan) -> None:
+    answer = {
+        "goals": list(summary.goals),
+        "decisions": list(summary.decisions),
+        "open": list(summary.open),
+        "facts": list(summary.facts),
+        "narrative": summary.narrative,
+    }
+    client.apply_compaction(cid, plan.plan_ref, json.dumps(answer, ensure_ascii=False))
+
+
+def _restore_plan(client: Client, cid: str, plan: pb.Plan) -> None:
+    specs = [pb.PlanItemSpec(id=i.id, title=i.title, detail=i.detail) for i in plan.items]
+    client.update_plan(cid, create=pb.PlanCreate(goal=plan.goal, items=specs))
+    finished = {pb.PLAN_ITEM_STATUS_DONE, pb.PLAN_ITEM_STATUS_SKIPPED}
+    # Finished items first: a binding is unique among open items only.
+    ordered = sorted(plan.items, key=lambda i: i.status not in finished)
+    for item in ordered:
+        update = pb.PlanUpdate(item_id=item.id, status=item.status or pb.PLAN_ITEM_STATUS_PENDING)
+        if item.note:
+            update.note = item.note
+        if item.HasField("bound") and item.bound.id:
+            update.bind.CopyFrom(item.bound)
+        client.update_plan(cid, update=update)
+
+
+def write_export(client: Client, ids: list[str], out: IO[str]) -> int:
+    count = 0
+    for cid in ids:
+        ctx, messages = read_full(client, cid)
+        for line in export_lines(ctx, messages):
+            out.write(line + "\n")
+        count += 1
+    out.flush()
+    return count

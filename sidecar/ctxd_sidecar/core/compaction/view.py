@@ -1,0 +1,127 @@
+"""The read-only message view compaction works on.
+
+Compaction needs only a handful of attributes of a transcript entry, so it
+states them here instead of depending on the contexts record's own types.
+Any object with these attributes satisfies :class:`MessageView` (the
+contexts record's messages can carry them directly or be adapted); tests and
+callers without a record of their own use :class:`MessageData`.
+
+Attributes by kind (unused ones are empty / ``False``):
+
+========== ==============================================================
+kind       meaning of the attributes
+========== ==============================================================
+system     ``text``
+user       ``text``; optional ``principal`` (read with ``getattr``)
+assistant  ``text`` (may be empty), ``tool_calls`` (each ``id``, ``name``,
+           ``arguments_json``)
+tool       ``call_id`` (the ToolCall id it answers), ``name`` (the tool),
+           ``content`` (JSON text or plain text), ``is_error``
+note       ``text``
+========== ==============================================================
+
+``id`` is the message's stable id; ``tokens`` its token estimate (the same
+estimate the record uses for ``est_tokens``, overhead included). An optional
+``seq`` (read with ``getattr``) orders artifact recency in the ledger.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from ctxd_sidecar.core.estimate import MESSAGE_OVERHEAD, estimate_message, estimate_text
+
+KINDS = frozenset({"system", "user", "assistant", "tool", "note"})
+
+#: The one token estimate (SPEC §2), under the names compaction has used.
+MESSAGE_OVERHEAD_TOKENS = MESSAGE_OVERHEAD
+estimate_text_tokens = estimate_text
+estimate_message_tokens = estimate_message
+
+
+@runtime_checkable
+class ToolCallView(Protocol):
+    @property
+    def id(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def arguments_json(self) -> str: ...
+
+
+@runtime_checkable
+class MessageView(Protocol):
+    @property
+    def kind(self) -> str: ...
+    @property
+    def id(self) -> str: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def tool_calls(self) -> Sequence[ToolCallView]: ...
+    @property
+    def call_id(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def content(self) -> str: ...
+    @property
+    def is_error(self) -> bool: ...
+    @property
+    def tokens(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallData:
+    id: str
+    name: str
+    arguments_json: str = "{}"
+
+
+@dataclass(frozen=True, slots=True)
+class MessageData:
+    """A plain :class:`MessageView`; ``tokens`` defaults to the SPEC estimate."""
+
+    kind: str
+    id: str
+    text: str = ""
+    tool_calls: tuple[ToolCallData, ...] = ()
+    call_id: str = ""
+    name: str = ""
+    content: str = ""
+    is_error: bool = False
+    principal: str = ""
+    tokens: int = field(default=-1)
+    #: The record's message sequence number (``-1``: none); optional on a
+    #: :class:`MessageView`, read with ``getattr`` (the artifact ledger's recency).
+    seq: int = -1
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown message kind {self.kind!r}")
+        if self.tokens < 0:
+            object.__setattr__(self, "tokens", estimate_message_tokens(self))
+
+    @classmethod
+    def system(cls, id: str, text: str) -> MessageData:
+        return cls("system", id, text=text)
+
+    @classmethod
+    def user(cls, id: str, text: str, principal: str = "") -> MessageData:
+        return cls("user", id, text=text, principal=principal)
+
+    @classmethod
+    def assistant(cls, id: str, text: str = "", *calls: ToolCallData) -> MessageData:
+        return cls("assistant", id, text=text, tool_calls=tuple(calls))
+
+    @classmethod
+    def tool(
+        cls, id: str, call_id: str, name: str, content: str, is_error: bool = False
+    ) -> MessageData:
+        return cls("tool", id, call_id=call_id, name=name, content=content, is_error=is_error)
+
+    @classmethod
+    def note(cls, id: str, text: str) -> MessageData:
+        return cls("note", id, text=text)

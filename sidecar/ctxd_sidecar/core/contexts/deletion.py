@@ -1,0 +1,244 @@
+"""DeleteContext: a fenced deletion that no replica can race.
+
+A deletion is committed like any other change: by the create-only write of
+the next log record, here a ``deleted`` record (the *fence*). That write is
+where it is serialised against every other writer sharing the store:
+
+* ``expected_version`` is checked against the store: if another replica took
+  the next version first, the deleting replica catches up and compares again
+  (ABORTED when the context moved on);
+* after the fence is written no replica can acknowledge an append to the
+  deleted incarnation: its next version is taken, so an append there fails,
+  catches up, meets the fence and **starts a new conversation** under the
+  same id (a new incarnation, with only what it acknowledges from then on).
+  A read meets the fence too and answers NOT_FOUND.
+
+In order: a trash record naming what to remove is written first, then the
+fence, then the head is removed (if it still belongs to this incarnation),
+then the id leaves the index, and the janitor removes the log records and
+segments. On a shared store the fence itself stays ``contexts.fence_hold``
+seconds (a replica restores any copy it has not confirmed for half that time), then it
+and the trash record go. A deletion interrupted by a crash is finished at the
+next start; one whose fence was never written is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from ctxd_sidecar.core import faults
+from ctxd_sidecar.core.contexts import validate
+from ctxd_sidecar.core.contexts.janitor import Job
+from ctxd_sidecar.core.contexts.model import ROOT_ID, ContextState, SegmentRef
+from ctxd_sidecar.core.contexts.persistence import (
+    TRASH,
+    decode,
+    head_key,
+    log_key,
+    trash_name,
+)
+from ctxd_sidecar.core.contexts.registry import Entry
+from ctxd_sidecar.core.contexts.service import (
+    COMMIT_ATTEMPTS,
+    ContextService,
+    race_backoff,
+    stale_version,
+)
+from ctxd_sidecar.core.errors import (
+    Conflict,
+    CtxdError,
+    FailedPrecondition,
+    InvalidArgument,
+    Unavailable,
+)
+from ctxd_sidecar.core.jsonvalue import encode_compact
+
+log = logging.getLogger(__name__)
+
+
+class Deletion:
+    """Deleting conversations over a :class:`ContextService`."""
+
+    def __init__(self, contexts: ContextService) -> None:
+        self.contexts = contexts
+        self._timers: set[asyncio.Task] = set()
+        self._stopped = False
+
+    async def start(self) -> None:
+        # Before serving: a deletion a crash cut short must not show the
+        # context again (its head may still be there).
+        await self.resume()
+
+    def stop(self) -> None:
+        """Fence removals still waiting are redone at the next start (their
+        trash records stay), including those of purges the janitor finishes
+        while the service stops."""
+        self._stopped = True
+        for t in self._timers:
+            t.cancel()
+
+    async def delete(self, context_id: str, expected_version: int | None = None) -> bool:
+        """Delete a conversation and everything stored for it; False if it did not exist."""
+        cid = validate.context_id(context_id)
+        if cid == ROOT_ID:
+            raise FailedPrecondition("the root context cannot be deleted")
+        if expected_version is not None and expected_version < 0:
+            raise InvalidArgument("expected_version", "must not be negative")
+        svc = self.contexts
+        async with svc.registry.use(cid) as e, e.lock:
+            caught_up = False
+            for attempt in range(COMMIT_ATTEMPTS):
+                st = await svc.load(e)
+                if st is None or not st.exists:
+                    # Unknown (perhaps only seen by a refused first turn): the
+                    # same answer whatever the expected_version.
+                    return False
+                if expected_version is not None and expected_version != st.version:
+                    if not caught_up and st.head_etag is not None:
+                        caught_up = True  # the store decides, not our copy
+                        await svc.refresh(e)
+                        continue
+                    raise stale_version(cid, st.version, expected_version)
+                if st.head_etag is None:  # never made durable here: nothing stored
+                    e.state = None
+                    svc.registry.drop(e)
+                    return False
+                if await self.delete_locked(e, st):
+                    break
+                await race_backoff(attempt)
+            else:
+                raise Unavailable(f"context {cid} is being written elsewhere; retry")
+        svc.emit("deleted", None, cid, st.version)
+        return True
+
+    async def delete_locked(self, e: Entry, st: ContextState) -> bool:
+        """Fence and remove ``st`` (``e.lock`` held). False when another writer
+        took the next version first (``e`` has caught up; decide again)."""
+        svc = self.contexts
+        async with e.ckpt_lock:
+            name = trash_name(st.id, st.gen)
+            fence = st.version + 1
+            plan = {
+                "id": st.id,
+                "gen": st.gen,
+                "last": fence,
+                "fence": fence,
+                "fenced_at": svc.now(),
+                "segments": [
+                    s.to_list() for s in st.segments + st.dropped + [a for a, _ in st.archive]
+                ],
+            }
+            await svc.trash.add(name)
+            await svc.storage.put(f"{TRASH}/{name}", encode_compact(plan))
+            faults.crash_point("contexts.after_trash_record")
+            try:
+                await svc.commit(e, st, {"v": fence, "op": "deleted", "ts": plan["fenced_at"]})
+            except Conflict:
+                # Not deleted (yet): the trash record must not finish it later.
+                await svc.storage.delete(f"{TRASH}/{name}")
+                await svc.trash.remove(name)
+                await svc.refresh(e, lost_race=True)
+                return False
+            faults.crash_point("contexts.after_fence")
+            plan["segments"] = await self._remove_head(st.id, st.gen, plan["segments"])
+            e.state = None
+            svc.registry.drop(e)
+        faults.crash_point("contexts.after_head_delete")
+        self._purge(name, plan)
+        return True
+
+    async def _remove_head(self, cid: str, gen: str, segments: list[list[int]]) -> list:
+        """Remove the head if it still names ``gen``; return every segment it or
+        the plan names. A head another incarnation wrote meanwhile stays."""
+        svc = self.contexts
+        head = await svc.store.read_head(cid)
+        if head is None or head[0].get("gen") != gen:
+            return segments
+        doc, etag = head
+        named = {tuple(s) for s in segments}
+        archived = [a[:4] for a in doc.get("archive", ())]
+        for s in list(doc.get("segments", ())) + list(doc.get("dropped", ())) + archived:
+            if tuple(s) not in named:
+                segments.append(list(s))
+                named.add(tuple(s))
+        try:
+            await svc.storage.delete(head_key(cid), if_version=etag)
+        except Conflict:
+            return segments  # replaced by a new incarnation: it keeps its index entry
+        await svc.index.remove(cid)
+        if await svc.store.read_head(cid) is not None:
+            await svc.index.add(cid)  # a new incarnation was created meanwhile
+        return segments
+
+    def _purge(self, name: str, plan: dict[str, Any]) -> None:
+        """Remove a deleted incarnation's keys in the background; its fence and
+        trash record once the fence has been held long enough."""
+        svc = self.contexts
+        cid, gen = plan["id"], plan["gen"]
+        fence = plan.get("fence")
+        fence_key = log_key(cid, gen, int(fence)) if fence else None
+
+        async def prepare():
+            keys = await svc.store.keys_of(
+                cid, gen, int(plan["last"]), [SegmentRef.from_list(s) for s in plan["segments"]]
+            )
+            return [lambda k=k: svc.storage.delete(k) for k in keys if k != fence_key]
+
+        async def finish():
+            if fence_key is not None:
+                await svc.storage.delete(fence_key)
+            await svc.storage.delete(f"{TRASH}/{name}")
+            await svc.trash.remove(name)
+
+        async def done():
+            if fence_key is None:
+                await finish()
+                return
+            if self._stopped:
+                return  # the next start's resume() removes the fence
+            due = int(plan.get("fenced_at", 0)) / 1000 + svc.fence_hold
+            wait = max(0.0, due - svc.now() / 1000)
+            timer = asyncio.create_task(
+                self._later(wait, Job(f"unfence {cid}", _no_writes, finish))
+            )
+            self._timers.add(timer)
+            timer.add_done_callback(self._timers.discard)
+
+        svc.janitor.submit(Job(f"purge {cid}", prepare, done))
+
+    async def _later(self, wait: float, job: Job) -> None:
+        await asyncio.sleep(wait)
+        self.contexts.janitor.submit(job)
+
+    async def resume(self) -> None:
+        """Finish deletions a crash interrupted (their trash records remain)."""
+        svc = self.contexts
+        try:
+            for name, item in await svc.trash.scan(""):
+                plan = decode(item.value, f"trash record {name}")
+                if "fence" in plan and not await self._fenced(plan):
+                    # Crashed before the fence: the context was never deleted.
+                    await svc.storage.delete(f"{TRASH}/{name}")
+                    await svc.trash.remove(name)
+                    continue
+                plan["segments"] = await self._remove_head(
+                    plan["id"], plan["gen"], list(plan.get("segments", ()))
+                )
+                self._purge(name, plan)
+        except CtxdError as exc:
+            log.warning("could not resume context deletions", extra={"error": str(exc)})
+
+    async def _fenced(self, plan: dict[str, Any]) -> bool:
+        """Whether the plan's fence was written (or its incarnation is gone anyway)."""
+        svc = self.contexts
+        item = await svc.storage.get(log_key(plan["id"], plan["gen"], int(plan["fence"])))
+        if item is not None:
+            return decode(item.value, "fence record").get("op") == "deleted"
+        head = await svc.store.read_head(plan["id"])
+        return head is None or head[0].get("gen") != plan["gen"]
+
+
+async def _no_writes() -> list:
+    return []

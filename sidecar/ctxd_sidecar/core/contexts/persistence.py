@@ -1,0 +1,430 @@
+"""The durable layout of contexts (see the package docstring for the why).
+
+Keys, relative to the instance namespace (``<id>`` is the context id,
+``<gen>`` the incarnation, numbers zero-padded to 12 digits)::
+
+    contexts/<id>                      head: all non-message state at version V
+    context-log/<id>/<gen>/<version>   one record per versioned change
+    context-seg/<id>/<gen>/<first>.<v> sealed messages first..last (written at v)
+    context-trash/<id>~<gen>           a deletion in progress (resumed on start)
+
+:class:`ContextStore` reads and writes them; it holds no state of its own
+beyond the storage handle and never decides *when* to write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import weakref
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeVar
+
+from ctxd_sidecar.core.contexts.model import ContextState, Msg, SegmentRef
+from ctxd_sidecar.core.contexts.ops import SEALED, DamagedRecord, apply_record, needs_messages
+from ctxd_sidecar.core.contexts.segments import (
+    COLUMNS,
+    BuiltRun,
+    SealedRun,
+    SegmentDamaged,
+    encode_segment,
+    parse_segment,
+)
+from ctxd_sidecar.core.errors import Conflict, NotFound, Unavailable
+from ctxd_sidecar.core.jsonvalue import encode_compact
+from ctxd_sidecar.core.storage import Storage
+from ctxd_sidecar.store import Item
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+HEADS = "contexts"
+LOGS = "context-log"
+SEGMENTS = "context-seg"
+TRASH = "context-trash"
+
+#: Log records read ahead at once while replaying a tail on remote stores.
+TAIL_BATCH = 8
+#: Segments (or deletions) in flight at once on remote stores.
+IO_CONCURRENCY = 8
+#: Attempts at a consistent restore while another writer keeps moving the head.
+RESTORE_ATTEMPTS = 5
+
+_SEALED_MARKER = json.dumps({"op": SEALED}).encode()
+
+
+def decode(raw: bytes, what: str) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise Damaged(f"{what} is not valid JSON") from None
+
+
+class Damaged(Unavailable):
+    """A stored record of a context cannot be read back. Logged with detail;
+    the caller sees UNAVAILABLE (nothing it sent is at fault)."""
+
+
+class HeadMoved(Exception):
+    """A log record was already sealed: a newer head exists. Re-read it."""
+
+
+def head_key(cid: str) -> str:
+    return f"{HEADS}/{cid}"
+
+
+def log_prefix(cid: str, gen: str) -> str:
+    return f"{LOGS}/{cid}/{gen}/"
+
+
+def log_key(cid: str, gen: str, version: int) -> str:
+    return f"{LOGS}/{cid}/{gen}/{version:012d}"
+
+
+def seg_prefix(cid: str, gen: str) -> str:
+    return f"{SEGMENTS}/{cid}/{gen}/"
+
+
+def seg_key(cid: str, gen: str, seg: SegmentRef) -> str:
+    return f"{SEGMENTS}/{cid}/{gen}/{seg.first:012d}.{seg.version:012d}"
+
+
+def trash_name(cid: str, gen: str) -> str:
+    return f"{cid}~{gen}"
+
+
+class ContextStore:
+    """Reads and writes one context's keys."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        *,
+        idem_cap: int,
+        archive_ttl_ms: int = 0,
+        segment_format: str = COLUMNS,
+    ) -> None:
+        self.storage = storage
+        #: How sealed segments are written (both formats are always read).
+        self.segment_format = segment_format
+        self.idem_cap = idem_cap
+        #: How long folded messages stay stored (0: deleted with their segment).
+        self.archive_ttl_ms = archive_ttl_ms
+        self.remote = not storage.inline_reads
+
+    # -- helpers -------------------------------------------------------------------
+    async def _bounded(self, jobs: Iterable[Callable[[], Awaitable[T]]]) -> list[T]:
+        jobs = list(jobs)
+        if not self.remote:
+            return [await job() for job in jobs]
+        sem = asyncio.Semaphore(IO_CONCURRENCY)
+
+        async def one(job):
+            async with sem:
+                return await job()
+
+        return list(await asyncio.gather(*(one(j) for j in jobs)))
+
+    # -- head ------------------------------------------------------------------------
+    async def read_head(self, cid: str) -> tuple[dict[str, Any], str] | None:
+        item = await self.storage.get(head_key(cid))
+        if item is None:
+            return None
+        return self.parse_head(cid, item), item.version
+
+    def parse_head(self, cid: str, item: Item) -> dict[str, Any]:
+        head = decode(item.value, f"head of context {cid}")
+        if not isinstance(head, dict) or head.get("format") != 1 or head.get("id") != cid:
+            raise Damaged(f"head of context {cid} has an unknown format")
+        return head
+
+    async def create_head(self, st: ContextState) -> None:
+        """Write the head of a new context (version 0); Conflict if one exists
+        (other than the deleted incarnation ``st.replaces_head`` names)."""
+        body = encode_compact(st.head_dict([], 0, [], []))
+        if st.replaces_head is not None:
+            # The head of a deleted incarnation is still stored: take its place.
+            etag = await self.storage.put(head_key(st.id), body, if_version=st.replaces_head)
+        else:
+            etag = await self.storage.put(head_key(st.id), body, if_absent=True)
+        st.head_etag, st.replaces_head = etag, None
+        st.head_version = st.version
+
+    # -- log -------------------------------------------------------------------------
+    async def write_log(self, st: ContextState, rec: dict[str, Any]) -> None:
+        """Create the record of version ``rec["v"]``. This create-only write is
+        where concurrent writers are serialised: Conflict means another
+        writer already made that version."""
+        key = log_key(st.id, st.gen, rec["v"])
+        await self.storage.put(key, encode_compact(rec), if_absent=True)
+
+    async def read_tail(
+        self,
+        cid: str,
+        gen: str,
+        after: int,
+        *,
+        first: Item | None = None,
+        ahead: int = TAIL_BATCH,
+    ) -> list[dict[str, Any]]:
+        """Log records after version ``after``, in order, up to the first gap.
+        Raises :class:`HeadMoved` on a sealed record.
+
+        ``first`` is record ``after + 1`` when the caller already read it (a
+        replica's probe); ``ahead`` how fast reads ahead grow on remote stores
+        (a restore expects a long tail, a replica catching up a short one)."""
+        out: list[dict[str, Any]] = []
+        v = after + 1
+        batch = 1  # usually the tail is empty: one read says so
+        pending: list[Item | None] | None = [first] if first is not None else None
+        while True:
+            items = pending or await asyncio.gather(
+                *(self.storage.get(log_key(cid, gen, v + i)) for i in range(batch))
+            )
+            pending = None
+            for item in items:
+                if item is None:
+                    return out
+                rec = decode(item.value, f"log record {v} of context {cid}")
+                if rec.get("op") == SEALED:
+                    raise HeadMoved()
+                if rec.get("v") != v:
+                    raise Damaged(f"log record {v} of context {cid} says version {rec.get('v')}")
+                out.append(rec)
+                v += 1
+            batch = min(max(batch * 2, ahead), 64) if self.remote else 1
+
+    # -- restore ----------------------------------------------------------------------
+    async def restore(
+        self, cid: str, *, loaded: bool = True, head: tuple | None = None
+    ) -> ContextState | None:
+        """The context as of its latest durable record, or None if it has no head.
+
+        With ``loaded=False`` only the head and the log tail are read (enough
+        for listing); :class:`NeedsFullRestore` if the tail holds an op that
+        needs the messages.
+        """
+        seen: str | None = None
+        for _ in range(RESTORE_ATTEMPTS):
+            if head is None:
+                head = await self.read_head(cid)
+            if head is None:
+                return None
+            doc, etag = head
+            head = None
+            if etag == seen:
+                # A record the head relies on is missing, yet no newer head exists.
+                log.error("context head names records that are missing", extra={"context": cid})
+                raise Damaged(f"context {cid} cannot be restored; see the sidecar log")
+            st = ContextState.from_head(doc, idem_cap=self.idem_cap)
+            st.head_etag = etag
+            st.loaded = loaded
+            try:
+                if loaded:
+                    tail_task = asyncio.ensure_future(self.read_tail(cid, st.gen, st.version))
+                    try:
+                        segments = await self._bounded(
+                            (lambda s=s, st=st: self.read_run(st, s)) for s in st.segments
+                        )
+                    except BaseException:
+                        tail_task.cancel()
+                        raise
+                    tail = await tail_task
+                    for run in segments:
+                        st.load_sealed(run.since(st.live_from))
+                else:
+                    tail = await self.read_tail(cid, st.gen, st.version)
+                    if any(needs_messages(r) for r in tail):
+                        raise NeedsFullRestore()
+            except HeadMoved:
+                seen = etag
+                continue
+            try:
+                for rec in tail:
+                    apply_record(st, rec)
+            except DamagedRecord as exc:
+                log.error(
+                    "context record cannot be applied", extra={"context": cid, "error": str(exc)}
+                )
+                raise Damaged(f"context {cid} cannot be restored; see the sidecar log") from None
+            return st
+        raise Unavailable(f"context {cid} kept changing while it was restored; retry")
+
+    async def read_segment(self, st: ContextState, seg: SegmentRef) -> list[Msg]:
+        return (await self.read_run(st, seg)).build()
+
+    async def read_run(self, st: ContextState, seg: SegmentRef) -> SealedRun | BuiltRun:
+        """A sealed segment, checked against the head, its messages not yet built."""
+        raw = await self.storage.get_value(seg_key(st.id, st.gen, seg))
+        if raw is None:
+            # The head only names segments written before it, and segments
+            # are never deleted while a head names them: a newer head exists.
+            raise HeadMoved()
+        try:
+            run = parse_segment(raw)
+        except SegmentDamaged:
+            raise Damaged(f"segment {seg.first} of context {st.id} cannot be read") from None
+        seqs = run.seqs
+        if len(seqs) != seg.count or seqs[0] != seg.first or seqs[-1] != seg.last:
+            raise Damaged(f"segment {seg.first} of context {st.id} does not match its head")
+        return run
+
+    # -- checkpoint -----------------------------------------------------------------------
+    async def checkpoint(self, st: ContextState) -> Cleanup | None:
+        """Seal the messages appended since the last checkpoint into a segment,
+        then write the head at the current version (conditional on the head
+        read or written last). Returns the clean-up the new head allows (log
+        records to seal, segments to delete), or None when there was nothing
+        to do.
+
+        Everything the head and segment hold is captured before the first
+        write, so turns may be committed meanwhile (they stay in the log).
+        Conflict: another writer replaced the head; the caller must restore.
+        """
+        version = st.version
+        if version == st.head_version and not st.dirty:
+            return None
+        pending: list[Msg] = []
+        if st.next_seq - 1 > st.sealed_through:
+            pending = st.unsealed()
+        keep = [s for s in st.segments if s.last >= st.live_from]
+        folded_segments = [s for s in st.segments if s.last < st.live_from]
+        now = int(time.time() * 1000)
+        archive, dropped = list(st.archive), list(st.dropped)
+        if self.archive_ttl_ms > 0:
+            archive += [(s, now) for s in folded_segments]
+            expired = [a for a in archive if now - a[1] >= self.archive_ttl_ms]
+            archive = [a for a in archive if a not in expired]
+            dropped += [s for s, _ in expired]
+        else:
+            dropped += folded_segments + [s for s, _ in archive]
+            archive = []
+        unarchived = list(st.unarchived)
+        archived_now = None
+        if unarchived and self.archive_ttl_ms > 0:
+            archived_now = SegmentRef(
+                unarchived[0].seq, unarchived[-1].seq, len(unarchived), version
+            )
+            archive.append((archived_now, now))
+        sealed_through = st.sealed_through
+        segment = None
+        if pending:
+            segment = SegmentRef(pending[0].seq, pending[-1].seq, len(pending), version)
+            keep.append(segment)
+            sealed_through = segment.last
+        elif st.next_seq - 1 > sealed_through:
+            sealed_through = st.next_seq - 1  # appended and folded before sealing
+        head = encode_compact(st.head_dict(keep, sealed_through, dropped, archive))
+        pending_bytes = sum(m.size_bytes for m in pending)
+        st.dirty = False
+        try:
+            if segment is not None:
+                body = encode_segment(st.id, st.gen, pending, self.segment_format)
+                await self.storage.put(seg_key(st.id, st.gen, segment), body)
+            if archived_now is not None:
+                body = encode_segment(st.id, st.gen, unarchived, self.segment_format)
+                await self.storage.put(seg_key(st.id, st.gen, archived_now), body)
+            etag = await self.storage.put(head_key(st.id), head, if_version=st.head_etag)
+        except BaseException:
+            st.dirty = True
+            raise
+        st.head_etag = etag
+        st.head_version = version
+        st.segments = keep
+        st.dropped = dropped
+        st.archive = archive
+        del st.unarchived[: len(unarchived)]
+        st.sealed_through = sealed_through
+        st.unsealed_bytes -= pending_bytes
+        return self.cleanup_for(st)
+
+    def cleanup_for(self, st: ContextState) -> Cleanup | None:
+        """What the stored head allows to clean up (after a checkpoint or a restore)."""
+        first = max(st.swept_through, st.sweep_queued) + 1
+        segments = [s for s in st.dropped if s not in st.drop_queued]
+        if first > st.head_version and not segments:
+            return None
+        st.sweep_queued = max(st.sweep_queued, st.head_version)
+        st.drop_queued.update(segments)
+        return Cleanup(st, first, st.head_version, segments)
+
+    async def seal_log(self, cid: str, gen: str, version: int) -> None:
+        """Overwrite a log record the head covers with the small sealed marker."""
+        await self.storage.put(log_key(cid, gen, version), _SEALED_MARKER)
+
+    async def delete_segment(self, cid: str, gen: str, seg: SegmentRef) -> None:
+        await self.storage.delete(seg_key(cid, gen, seg))
+
+    # -- deletion ---------------------------------------------------------------------------
+    async def keys_of(
+        self, cid: str, gen: str, last_version: int, segments: list[SegmentRef]
+    ) -> list[str]:
+        """Every log record and segment key of one incarnation."""
+        if self.storage.can_list:
+            return await self.storage.list(log_prefix(cid, gen)) + await self.storage.list(
+                seg_prefix(cid, gen)
+            )
+        keys = [log_key(cid, gen, v) for v in range(1, last_version + 1)]
+        return keys + [seg_key(cid, gen, s) for s in segments]
+
+
+class Cleanup:
+    """Work a head allows once written: seal log records ``first..last`` and
+    delete ``segments`` (no head names them any more).
+
+    It holds its context weakly: queued clean-up must never keep an evicted
+    context's messages in memory. If the context left memory meanwhile, the
+    progress is not recorded; the next restore finds the work again."""
+
+    __slots__ = ("_state", "cid", "gen", "first", "last", "segments")
+
+    def __init__(self, state: ContextState, first: int, last: int, segments: list[SegmentRef]):
+        self._state = weakref.ref(state)
+        self.cid, self.gen = state.id, state.gen
+        self.first = first
+        self.last = last
+        self.segments = segments
+
+    def forget(self) -> None:
+        """Not queued after all: the next checkpoint offers this work again."""
+        st = self._state()
+        if st is not None:
+            st.sweep_queued = min(st.sweep_queued, self.first - 1)
+            st.drop_queued.difference_update(self.segments)
+
+    def done(self) -> None:
+        """Record the progress on the state; the next head carries it."""
+        st = self._state()
+        if st is None:
+            return
+        if self.first <= st.swept_through + 1:
+            st.swept_through = max(st.swept_through, self.last)
+        st.dropped = [s for s in st.dropped if s not in self.segments]
+        st.drop_queued.difference_update(self.segments)
+
+
+class NeedsFullRestore(Exception):
+    """A listing peek met a log record it cannot apply without the messages."""
+
+
+def not_found(cid: str) -> NotFound:
+    return NotFound(f"context {cid!r} does not exist")
+
+
+__all__ = [
+    "Cleanup",
+    "Conflict",
+    "ContextStore",
+    "Damaged",
+    "HeadMoved",
+    "NeedsFullRestore",
+    "decode",
+    "head_key",
+    "log_key",
+    "seg_key",
+    "trash_name",
+    "not_found",
+]

@@ -1,0 +1,440 @@
+"""The record keeper of contexts: load, commit, read.
+
+:class:`ContextService` owns the registry (the in-memory LRU), the durable
+layout and the one way to change a context, :meth:`ContextService.change`:
+it runs a builder under the context's lock and commits the log record it
+returns (declare the record's op in :mod:`ctxd_sidecar.core.contexts.ops`).
+Committed changes are announced on :attr:`ContextService.feed`.
+
+The use cases built on it live beside it, one responsibility each:
+:mod:`.turns` (AppendTurn), :mod:`.listing`, :mod:`.deletion`,
+:mod:`.expiry`, :mod:`.checkpoints`, :mod:`.compaction`, :mod:`.planning`,
+:mod:`.skillset`. It knows nothing of gRPC.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import secrets
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from ctxd_sidecar.config import ContextsConfig
+from ctxd_sidecar.core.contexts import archive, validate
+from ctxd_sidecar.core.contexts.checkpoints import Checkpointer
+from ctxd_sidecar.core.contexts.events import ContextEvent, EventFeed, Subscription
+from ctxd_sidecar.core.contexts.janitor import Janitor
+from ctxd_sidecar.core.contexts.model import CONVERSATION, ROOT, ROOT_ID, ContextState
+from ctxd_sidecar.core.contexts.ops import DamagedRecord, apply_record, event_of
+from ctxd_sidecar.core.contexts.persistence import (
+    HEADS,
+    TRASH,
+    ContextStore,
+    HeadMoved,
+    log_key,
+    not_found,
+)
+from ctxd_sidecar.core.contexts.registry import Entry, Registry
+from ctxd_sidecar.core.errors import Conflict, CtxdError, InvalidArgument, Unavailable
+from ctxd_sidecar.core.keyindex import KeyIndex
+from ctxd_sidecar.core.storage import Storage
+from ctxd_sidecar.store import Item
+
+log = logging.getLogger(__name__)
+
+#: Commit attempts when another writer keeps taking the next version.
+COMMIT_ATTEMPTS = 8
+
+#: Builds the record of a change from the current state (None: no change).
+Builder = Callable[[ContextState], dict[str, Any] | None]
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class ContextService:
+    def __init__(
+        self,
+        config: ContextsConfig,
+        storage: Storage,
+        *,
+        clock: Callable[[], int] = wall_clock_ms,
+        archive_ttl: float = 0.0,
+    ) -> None:
+        self.config = config
+        self.storage = storage
+        #: Seconds folded messages stay stored for ExpandCompaction (0: not kept).
+        self.archive_ttl = archive_ttl
+        #: Wall-clock milliseconds; replaceable (tests move time forward).
+        self.clock = clock
+        self.store = ContextStore(
+            storage,
+            idem_cap=config.idempotency_keys,
+            archive_ttl_ms=int(archive_ttl * 1000),
+            segment_format=config.segment_format,
+        )
+        self.index = KeyIndex(storage, HEADS)
+        self.trash = KeyIndex(storage, TRASH)
+        self.janitor = Janitor(batch=8 if self.store.remote else 1)
+        self.feed = EventFeed()
+        self.checkpoints = Checkpointer(
+            self.store,
+            self.janitor,
+            self.spawn,
+            every=config.checkpoint_every,
+            every_bytes=config.checkpoint_bytes,
+        )
+        self.registry = Registry(
+            config.cache_max_contexts, config.cache_max_bytes, self.checkpoints.on_evict
+        )
+        self._tasks: set[asyncio.Task] = set()
+        self._followers: dict[str, asyncio.Task] = {}
+        self.root_ready = False
+        #: Reads check the store for other replicas' writes (shared stores,
+        #: unless ``contexts.read_consistency = "cached"``).
+        self.check_reads = storage.shared and config.read_consistency != "cached"
+        self.watch_poll = config.watch_poll_interval
+        #: Seconds a deletion's fence is held: only replicas need it.
+        self.fence_hold = config.fence_hold if storage.shared else 0.0
+        self.reverify_after = self.fence_hold / 2
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    async def start(self) -> None:
+        try:
+            await self.ensure_root()
+        except CtxdError as exc:
+            log.warning("root context not ready yet", extra={"error": str(exc)})
+
+    async def stop(self, timeout: float = 10.0) -> None:
+        """Checkpoint what is resident (so a restart restores quickly) and
+        finish background work, within ``timeout`` seconds."""
+        for task in self._followers.values():
+            task.cancel()
+        self.checkpoints.all_dirty(self.registry.entries())
+        deadline = asyncio.get_running_loop().time() + timeout
+        pending = [t for t in self._tasks if not t.done()]
+        if pending:
+            _, late = await asyncio.wait(pending, timeout=timeout)
+            for t in late:
+                t.cancel()
+        await self.janitor.stop(max(0.1, deadline - asyncio.get_running_loop().time()))
+
+    def now(self) -> int:
+        return int(self.clock())
+
+    def spawn(self, coro: Coroutine) -> asyncio.Task:
+        """Run background work that :meth:`stop` waits for."""
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def emit(self, kind: str, st: ContextState | None, cid: str, version: int, **detail) -> None:
+        ts = st.updated if st is not None else self.now()
+        self.feed.emit(ContextEvent(cid, kind, version, ts, detail), st)
+
+    # -- loading -----------------------------------------------------------------------------------
+    def new_state(self, cid: str, replacing: ContextState | None = None) -> ContextState:
+        """A fresh incarnation of ``cid`` (taking the place of ``replacing``,
+        a deleted one whose head may still be stored)."""
+        now = self.now()
+        st = ContextState(
+            id=cid,
+            kind=ROOT if cid == ROOT_ID else CONVERSATION,
+            gen=secrets.token_hex(4),
+            created=now,
+            updated=now,
+            model_window=self.config.default_model_window,
+            idem_cap=self.config.idempotency_keys,
+        )
+        if replacing is not None and replacing.deleted:
+            st.replaces_head = replacing.head_etag
+        return st
+
+    async def load(self, e: Entry) -> ContextState | None:
+        """The entry's state, restored if needed. Call with ``e.lock`` held.
+
+        On a shared store a copy not confirmed against the store for
+        ``reverify_after`` seconds is restored again (a deletion's fence may
+        be gone by then, see :mod:`.deletion`)."""
+        if e.state is not None and not e.stale:
+            if not self.storage.shared or time.monotonic() - e.verified < self.reverify_after:
+                return e.state
+        await self.checkpoints.wait_flushed(e.id)
+        async with e.ckpt_lock:
+            st = await self.store.restore(e.id)
+        if st is None and e.id == ROOT_ID:
+            st = self.new_state(ROOT_ID)
+        elif st is not None:
+            self.checkpoints.sweep(self.store.cleanup_for(st))
+        if st is not None and st.deleted:
+            st.forget_messages()
+        e.state, e.stale = st, False
+        e.verified = time.monotonic()
+        return st
+
+    async def read(self, cid: str, *, latest: bool = False) -> ContextState | None:
+        """The context's state; with ``latest`` on a shared store, first
+        checked against the store (one small read: the next log record)."""
+        async with self.registry.use(cid) as e:
+            if e.state is None or e.stale:
+                async with e.lock:
+                    await self.load(e)
+            elif latest and self.storage.shared:
+                async with e.lock:
+                    await self.catch_up(e)
+            return e.state
+
+    async def catch_up(self, e: Entry) -> None:
+        """Apply what other replicas committed since our copy (lock held)."""
+        st = await self.load(e)
+        if st is None:
+            return
+        if st.deleted or st.head_etag is None:
+            # Deleted, or not durable here: another replica may have created
+            # it (again) since.
+            e.stale = True
+            await self.load(e)
+            return
+        item = await self.storage.get(log_key(st.id, st.gen, st.version + 1))
+        if item is not None:
+            await self.refresh(e, first=item)
+            if e.stale:
+                await self.load(e)
+        e.verified = time.monotonic()
+
+    async def create(self, st: ContextState) -> None:
+        """Make a new context durable (head at version 0, listed)."""
+        await self.index.add(st.id)
+        await self.store.create_head(st)
+
+    async def ensure_root(self) -> None:
+        if self.root_ready:
+            return
+        async with self.registry.use(ROOT_ID) as e, e.lock:
+            st = await self.load(e)
+            if st.head_etag is None:
+                try:
+                    await self.create(st)
+                except Conflict:
+                    e.stale = True
+        self.root_ready = True
+
+    # -- committing --------------------------------------------------------------------------------
+    async def commit(self, e: Entry, st: ContextState, rec: dict[str, Any], built=None) -> None:
+        """Write the record (the serialisation point), then apply it."""
+        with self.janitor.foreground():
+            await self.store.write_log(st, rec)
+        e.verified = time.monotonic()
+        if built is not None:
+            rec["_built"] = built
+        try:
+            apply_record(st, rec)
+        except Exception:
+            e.stale = True  # durable but not applied: restore before the next use
+            raise
+        finally:
+            rec.pop("_built", None)
+
+    async def refresh(
+        self, e: Entry, *, lost_race: bool = False, first: Item | None = None
+    ) -> None:
+        """Catch up from the log (another writer shares the store). After a
+        lost race the next record must exist; if it does not, the context was
+        replaced meanwhile: restore it whole."""
+        st = e.state
+        try:
+            # Catching up means a short tail: read ahead slowly (1, 2, 4, ...).
+            tail = await self.store.read_tail(st.id, st.gen, st.version, first=first, ahead=1)
+            for rec in tail:
+                apply_record(st, rec)
+                # Another replica's change: announced here as it was there.
+                gone = st.deleted
+                self.feed.emit(
+                    ContextEvent(st.id, event_of(rec), st.version, st.updated, {}),
+                    None if gone else st,
+                )
+                if gone:
+                    st.forget_messages()
+                    break
+            if lost_race and not tail:
+                e.stale = True
+        except (HeadMoved, DamagedRecord):
+            e.stale = True
+
+    def after_commit(self, e: Entry, st: ContextState, kind: str, detail: dict[str, Any]) -> None:
+        self.checkpoints.due(e)
+        self.feed.emit(ContextEvent(st.id, kind, st.version, st.updated, detail), st)
+
+    async def change(
+        self,
+        context_id: str,
+        build: Builder,
+        *,
+        expected_version: int | None = None,
+        event: str = "change",
+    ) -> tuple[ContextState, dict[str, Any] | None]:
+        """Commit the record ``build(state)`` returns (``{"op": ..., ...}``;
+        ``v`` and ``ts`` are filled in), or nothing when it returns None.
+
+        ``build`` runs under the context's lock with the current state and
+        may raise domain errors (nothing is written then). The context must
+        exist (root always does). Returns the state after the change and the
+        committed record; the event carries the record's fields.
+        """
+        cid = validate.context_id(context_id)
+        if expected_version is not None and expected_version < 0:
+            raise InvalidArgument("expected_version", "must not be negative")
+        async with self.registry.use(cid) as e, e.lock:
+            caught_up = reloaded = False
+            for attempt in range(COMMIT_ATTEMPTS):
+                st = await self.load(e)
+                if st is None or not st.exists:
+                    if st is not None and self.storage.shared and not reloaded:
+                        # Our copy says deleted; another replica may have
+                        # created the id again since.
+                        reloaded = e.stale = True
+                        continue
+                    raise not_found(cid)
+                if expected_version is not None and expected_version != st.version:
+                    if expected_version > st.version and not caught_up:
+                        caught_up = True
+                        await self.refresh(e)
+                        continue
+                    raise stale_version(cid, st.version, expected_version)
+                body = build(st)
+                if body is None:
+                    return st, None
+                if st.head_etag is None:
+                    try:
+                        await self.create(st)
+                    except Conflict:
+                        e.stale = True
+                        continue
+                rec = {**body, "v": st.version + 1, "ts": self.now()}
+                if st.calibration.samples and "cal" not in rec:
+                    rec["cal"] = st.calibration.to_dict()
+                try:
+                    await self.commit(e, st, rec)
+                except Conflict:
+                    await self.refresh(e, lost_race=True)
+                    await race_backoff(attempt)
+                    continue
+                self.after_commit(e, st, event, rec)
+                return st, rec
+        raise Unavailable(f"context {cid} is being written elsewhere; retry")
+
+    # -- reads -------------------------------------------------------------------------------------
+    async def get(self, context_id: str, *, latest: bool | None = None) -> ContextState:
+        """The context's record. Treat it as read-only and read it without
+        awaiting in between (it is the live object). ``latest`` reflects
+        every write any replica acknowledged before the call, on shared
+        stores at the cost of one small read; ``latest=False`` may serve this
+        replica's cached copy; ``None`` follows ``contexts.read_consistency``."""
+        cid = validate.context_id(context_id)
+        st = await self.read(cid, latest=self.check_reads if latest is None else latest)
+        if st is None or not st.exists:
+            raise not_found(cid)
+        return st
+
+    # -- compactions ------------------------------------------------------------------------
+    def compactions(self, st: ContextState) -> list[archive.CompactionInfo]:
+        """The records of ``st``'s compactions, oldest first."""
+        return archive.records(st, int(self.archive_ttl * 1000), self.now())
+
+    def compaction_info(self, record: dict[str, Any]) -> archive.CompactionInfo:
+        ttl = int(self.archive_ttl * 1000)
+        return archive.info(record, archive.expandable(record, ttl, self.now()))
+
+    async def expand(
+        self, context_id: str, compaction_id: str, page_size: int = 0, page_token: str = ""
+    ) -> tuple[archive.CompactionInfo, list, str]:
+        """One page of the messages a compaction folded (ExpandCompaction)."""
+        if not isinstance(compaction_id, str) or not compaction_id:
+            raise InvalidArgument("compaction_id", "must name a compaction, e.g. c12")
+        st = await self.get(context_id)
+        return await archive.expand(
+            self.store,
+            st,
+            compaction_id,
+            ttl_ms=int(self.archive_ttl * 1000),
+            now_ms=self.now(),
+            size=page_size,
+            token=page_token,
+        )
+
+    # -- watching ----------------------------------------------------------------------------
+    async def watch(self, context_id: str) -> Subscription:
+        """Subscribe to a context's events (it must exist). On a shared store
+        the context is checked every ``watch_poll`` seconds while watched, so
+        the watcher also sees what other replicas commit."""
+        st = await self.get(context_id)
+        sub = self.feed.subscribe(st.id)
+        if self.storage.shared and st.id not in self._followers:
+            task = asyncio.create_task(self._follow(st.id), name=f"follow {st.id}")
+            self._followers[st.id] = task
+        return sub
+
+    def unwatch(self, sub: Subscription) -> None:
+        self.feed.unsubscribe(sub)
+
+    async def _follow(self, cid: str) -> None:
+        try:
+            while self.feed.watchers(cid):
+                await asyncio.sleep(self.watch_poll)
+                try:
+                    await self.read(cid, latest=True)
+                except CtxdError as exc:
+                    log.debug(
+                        "watched context not checked", extra={"context": cid, "error": str(exc)}
+                    )
+        finally:
+            if self._followers.get(cid) is asyncio.current_task():
+                del self._followers[cid]
+
+    async def checkpoint_now(self, cid: str) -> bool:
+        """Checkpoint a resident context at once (admin tools, tests)."""
+        e = self.registry.peek(cid)
+        if e is None:
+            return False
+        return await self.checkpoints.checkpoint(e)
+
+    # -- RecordUsage -------------------------------------------------------------------------------
+    async def record_usage(
+        self, context_id: str, input_tokens: int, output_tokens: int = 0, model: str = ""
+    ) -> tuple[int, float]:
+        """Calibrate the context's estimate from a provider's reported input
+        tokens. Not a versioned change: the factor rides along with the next
+        record and checkpoint."""
+        cid = validate.context_id(context_id)
+        if input_tokens <= 0:
+            raise InvalidArgument(
+                "input_tokens", "must be positive (the provider's reported prompt tokens)"
+            )
+        if output_tokens < 0:
+            raise InvalidArgument("output_tokens", "must not be negative")
+        validate.bounded(model, "model", validate.MAX_MODEL_NAME)
+        async with self.registry.use(cid) as e, e.lock:
+            st = await self.load(e)
+            if st is None or not st.exists:
+                raise not_found(cid)
+            if st.calibration.observe(input_tokens, st.raw_tokens, model or st.model):
+                st.dirty = True
+            ratio = st.calibration.ratio if st.calibration.samples else 1.0
+            return st.est_tokens, ratio
+
+
+async def race_backoff(attempt: int) -> None:
+    """After losing a write race to another sidecar, wait a random moment
+    (growing with each loss) so racing writers stop colliding in lockstep."""
+    await asyncio.sleep(random.uniform(0, min(0.1, 0.005 * 2**attempt)))
+
+
+def stale_version(cid: str, actual: int, expected: int) -> Conflict:
+    return Conflict(
+        f"context {cid} is at version {actual}, not the expected {expected}; re-read and retry"
+    )

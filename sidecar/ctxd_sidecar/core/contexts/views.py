@@ -1,0 +1,170 @@
+"""Paged and incremental reads of a context's messages.
+
+Every reply must fit a client with default limits (gRPC's 4 MiB), whatever
+the context's size, so messages come in pages: at most ``page_size``
+messages (default :data:`DEFAULT_PAGE_SIZE`, at most :data:`MAX_PAGE_SIZE`)
+and about :data:`PAGE_BYTES` of them, never fewer than one. A page token
+names the incarnation, the last reshaping change and the last message
+returned: appends in between do not move it (the next page starts after
+that message); a compaction or plan change in between makes it stale
+(ABORTED: read again from the first page).
+
+An incremental read names the version the caller holds, and the
+incarnation it belongs to: a conversation deleted and created again starts
+its versions over, so a version alone may name a message of the old
+transcript. When only messages were appended since, the answer is just
+those (APPEND, or NONE); when anything reshaped the view since (a
+compaction, a plan change: the context's ``reshaped_at``) or the version
+cannot be related (another incarnation, a version from the future), the
+answer is the whole view (REPLACE). A turn's read then costs the turn, not
+the history. Without an incarnation (clients that predate it) the version
+alone decides, as it always did.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from itertools import accumulate
+from operator import attrgetter
+
+from ctxd_sidecar.core.contexts.model import ContextState, Msg
+from ctxd_sidecar.core.errors import Conflict, InvalidArgument
+
+DEFAULT_PAGE_SIZE = 1000
+MAX_PAGE_SIZE = 10_000
+#: Message bytes per page (text, JSON, ids); the rest of a reply stays well
+#: under a default client's 4 MiB.
+PAGE_BYTES = 3 * 1024 * 1024
+#: What a message costs in a reply beyond its text (ids, field tags).
+MESSAGE_FRAME_BYTES = 64
+
+FULL, SLICE = "full", "slice"
+NONE, APPEND, REPLACE = "none", "append", "replace"
+_PREFIX = "p1."
+#: Longest ``since_incarnation`` accepted (incarnations are 8 hex digits).
+MAX_INCARNATION = 128
+_NBYTES = attrgetter("nbytes")
+
+
+@dataclass(frozen=True)
+class Page:
+    messages: list[Msg]
+    next_token: str = ""
+    #: "" (not incremental), NONE, APPEND or REPLACE.
+    change: str = ""
+    #: Whether the page starts the view (the slice's summary and plan blocks lead it).
+    first: bool = True
+    blocks: list[str] = field(default_factory=list)
+
+
+def page_size(requested: int) -> int:
+    if requested < 0:
+        raise InvalidArgument("page_size", "must not be negative")
+    return min(requested or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+
+
+def message_bytes(m: Msg) -> int:
+    return m.size_bytes + MESSAGE_FRAME_BYTES
+
+
+def read(
+    st: ContextState,
+    view: str,
+    *,
+    size: int = 0,
+    token: str = "",
+    since: int | None = None,
+    incarnation: str = "",
+) -> Page:
+    """One page of ``view`` of ``st`` (read without awaiting: ``st`` is live);
+    ``since``/``incarnation``: what the caller holds (an incremental read)."""
+    limit = page_size(size)
+    msgs = st.messages
+    if token:
+        if since is not None:
+            raise InvalidArgument("since_version", "goes with the first page only; omit it")
+        after, change = _decode(token, st, view)
+        start = _index_after(msgs, after)
+        return _page(st, view, msgs, start, limit, change, first=False)
+    if since is None:
+        return _page(st, view, msgs, 0, limit, "", first=True)
+    if since < 0:
+        raise InvalidArgument("since_version", "must not be negative")
+    if incarnation and incarnation != st.gen:
+        # Held from another incarnation: its versions relate to nothing here.
+        return _page(st, view, msgs, 0, limit, REPLACE, first=True)
+    if since == st.version:
+        return Page([], change=NONE, first=False)
+    if since > st.version or since < st.reshaped_at:
+        return _page(st, view, msgs, 0, limit, REPLACE, first=True)
+    start = bisect_right(msgs, since, key=_ver)  # ver grows along the transcript
+    return _page(st, view, msgs, start, limit, APPEND, first=False)
+
+
+def _page(
+    st: ContextState, view: str, msgs: list[Msg], start: int, limit: int, change: str, first: bool
+) -> Page:
+    blocks = st.slice_blocks() if first and view == SLICE else []
+    budget = PAGE_BYTES - sum(len(b.encode()) + MESSAGE_FRAME_BYTES for b in blocks)
+    end = start + _fitting(msgs[start : start + limit], budget)
+    token = _encode(st, view, msgs[end - 1].seq, change) if end < len(msgs) and end > start else ""
+    return Page(msgs[start:end], token, change, first, blocks)
+
+
+def _fitting(window: list[Msg], budget: int) -> int:
+    """How many of ``window``, from its start, fit in ``budget`` bytes (at
+    least one). Sizes are read in C (``nbytes``, once each message knows
+    it); usually the whole window fits, and otherwise the running totals
+    grow, so a bisection finds the last one that fits."""
+    if not window:
+        return 0
+    sizes = list(map(_NBYTES, window))
+    if min(sizes) < 0:  # not measured yet
+        sizes = [m.size_bytes for m in window]
+    if sum(sizes) + MESSAGE_FRAME_BYTES * len(sizes) <= budget:
+        return len(sizes)
+    spent = list(accumulate(n + MESSAGE_FRAME_BYTES for n in sizes))
+    return max(1, bisect_right(spent, budget))
+
+
+def _index_after(msgs: list[Msg], seq: int) -> int:
+    return bisect_right(msgs, seq, key=_seq)
+
+
+def _ver(m: Msg) -> int:
+    return m.ver
+
+
+def _seq(m: Msg) -> int:
+    return m.seq
+
+
+def _encode(st: ContextState, view: str, after_seq: int, change: str) -> str:
+    raw = json.dumps([st.gen, st.reshaped_at, view, after_seq, change], separators=(",", ":"))
+    return _PREFIX + base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _decode(token: str, st: ContextState, view: str) -> tuple[int, str]:
+    bad = InvalidArgument("page_token", "is not a token this view returned; omit it to start over")
+    if not token.startswith(_PREFIX) or len(token) > 256:
+        raise bad
+    body = token[len(_PREFIX) :]
+    try:
+        gen, reshaped, tview, after, change = json.loads(
+            base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+        )
+        after, reshaped = int(after), int(reshaped)
+    except (binascii.Error, ValueError, TypeError):
+        raise bad from None
+    if tview != view:
+        raise bad
+    if gen != st.gen or reshaped != st.reshaped_at:
+        raise Conflict(
+            f"context {st.id} was compacted, re-planned or re-created since the first page; "
+            "read again from the first page"
+        )
+    return after, str(change)

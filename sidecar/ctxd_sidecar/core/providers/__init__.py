@@ -1,0 +1,75 @@
+"""Provider message shapes, so no runtime hand-converts its transcript.
+
+A turn may arrive, and a slice may be read, in a provider's own JSON shape:
+:data:`OPENAI` (chat completions, :mod:`.openai`) or :data:`ANTHROPIC`
+(messages, :mod:`.anthropic`); :data:`CTXD` is ctxd's own ``Message`` in
+its protobuf JSON form (handled by the gRPC adapter, which owns protobuf).
+Each module says the provider rules it encodes; nothing here knows gRPC.
+"""
+
+from __future__ import annotations
+
+from ctxd_sidecar.core.contexts.model import ContextState, Msg
+from ctxd_sidecar.core.errors import InvalidArgument
+from ctxd_sidecar.core.jsonvalue import MAX_DEPTH
+from ctxd_sidecar.core.providers.anthropic import from_anthropic, to_anthropic
+from ctxd_sidecar.core.providers.common import Turn, dumps, loads, relabel
+from ctxd_sidecar.core.providers.openai import from_openai, to_openai
+
+CTXD, OPENAI, ANTHROPIC = "ctxd", "openai", "anthropic"
+FORMATS = (CTXD, OPENAI, ANTHROPIC)
+
+__all__ = [
+    "ANTHROPIC",
+    "CTXD",
+    "FORMATS",
+    "OPENAI",
+    "Turn",
+    "parse_turn",
+    "relabel",
+    "render_slice",
+]
+
+
+def parse_turn(
+    fmt: str, messages_json: str, system_json: str = "", *, max_depth: int = MAX_DEPTH
+) -> Turn:
+    """A turn sent as provider JSON, as ctxd messages (with their origins)."""
+    items = loads(messages_json, field="messages_json", max_depth=max_depth)
+    if fmt == OPENAI:
+        if system_json:
+            raise InvalidArgument(
+                "system_json", "goes with MESSAGE_FORMAT_ANTHROPIC; OpenAI system text is a message"
+            )
+        return from_openai(items, max_depth=max_depth)
+    if fmt == ANTHROPIC:
+        system = (
+            loads(system_json, field="system_json", max_depth=max_depth) if system_json else None
+        )
+        return from_anthropic(items, system, max_depth=max_depth)
+    raise InvalidArgument("format", f"{fmt!r} has no provider converter")
+
+
+def render_slice(
+    fmt: str,
+    st: ContextState,
+    msgs: list[Msg],
+    *,
+    first: bool,
+    cache_breakpoint: bool = False,
+) -> tuple[str, str]:
+    """``(messages_json, system_json)`` of one slice page of ``st`` in
+    ``fmt`` (``system_json`` is "" for OpenAI, whose system text is in the
+    messages, and when Anthropic's system is empty). The summary and plan
+    blocks lead the first page only."""
+    summary = st.summary.render() if first else ""
+    plan = st.plan.render() if first and st.plan is not None else ""
+    if fmt == OPENAI:
+        blocks = [b for b in (summary, plan) if b]
+        return dumps(to_openai(msgs, blocks)), ""
+    if fmt == ANTHROPIC:
+        system, messages = to_anthropic(
+            msgs, summary=summary, plan=plan, first=first, cache_breakpoint=cache_breakpoint
+        )
+        return dumps(messages), dumps(system) if system else ""
+    raise InvalidArgument("format", f"{fmt!r} has no provider converter")

@@ -1,0 +1,172 @@
+"""The composition root: every part of a running sidecar, built in one place.
+
+:func:`build` goes store → storage view → domain services → summarisers →
+skills catalogue, and :func:`servicers` puts the gRPC adapters over them.
+Nothing else constructs domain objects, so this module is where a new
+service, store or summariser is wired in (see docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import pluggy
+
+from ctxd_sidecar import metrics
+from ctxd_sidecar.config import Config
+from ctxd_sidecar.core.contexts.auto import AutoCompaction
+from ctxd_sidecar.core.contexts.compaction import Compactor
+from ctxd_sidecar.core.contexts.deletion import Deletion
+from ctxd_sidecar.core.contexts.events import ContextEvent
+from ctxd_sidecar.core.contexts.expiry import Expiry
+from ctxd_sidecar.core.contexts.listing import Listing
+from ctxd_sidecar.core.contexts.model import NOTE, ContextState, Msg
+from ctxd_sidecar.core.contexts.planning import Planning
+from ctxd_sidecar.core.contexts.service import ContextService
+from ctxd_sidecar.core.contexts.skillset import SkillSet
+from ctxd_sidecar.core.contexts.turns import TurnRequest, Turns
+from ctxd_sidecar.core.memory import Memory, MemoryBackend, StoreMemory
+from ctxd_sidecar.core.observe import StoreObservers
+from ctxd_sidecar.core.prompt import PromptAssembler
+from ctxd_sidecar.core.skills import SkillCatalogue
+from ctxd_sidecar.core.storage import Storage
+from ctxd_sidecar.plugins import PluginHooks, open_store, summarisers
+from ctxd_sidecar.server import tracing
+from ctxd_sidecar.server.context_service import ContextServicer
+from ctxd_sidecar.server.memory_service import MemoryServicer
+
+
+@dataclass
+class Domain:
+    """The domain services of one sidecar, ready to serve."""
+
+    storage: Storage
+    contexts: ContextService
+    turns: Turns
+    listing: Listing
+    deletion: Deletion
+    expiry: Expiry
+    compactor: Compactor
+    auto: AutoCompaction
+    planning: Planning
+    catalogue: SkillCatalogue
+    prompts: PromptAssembler
+    skillset: SkillSet
+    memory: Memory
+    #: Spans for RPCs and store operations, when ``otlp_endpoint`` is set.
+    tracing: tracing.Tracing | None = None
+
+    async def start(self) -> None:
+        """Start background work, in dependency order."""
+        await self.memory.start()
+        await self.contexts.start()
+        await self.deletion.start()
+        self.expiry.start()
+        # Serving never waits for skills servers: they connect in the background.
+        await self.catalogue.start(wait=False)
+        self.auto.start()
+
+    async def stop(self) -> None:
+        """Stop background work in the reverse order, then close the store."""
+        self.contexts.feed.close()
+        await self.skillset.stop()
+        await self.catalogue.stop()
+        await self.auto.stop()
+        await self.compactor.stop()
+        self.expiry.stop()
+        self.deletion.stop()
+        await self.contexts.stop()
+        await self.memory.stop()
+        await self.storage.close()
+        if self.tracing is not None:
+            await asyncio.to_thread(self.tracing.shutdown)
+
+
+def memory_backend(config: Config, storage: Storage) -> MemoryBackend:
+    """The store, or an MCP memory server when ``memory.mcp_server`` is set."""
+    if config.memory.mcp_server:
+        from ctxd_sidecar.core.memory_mcp import McpMemory  # the mcp SDK only when used
+
+        return McpMemory(config.memory)
+    return StoreMemory(config.memory, storage)
+
+
+async def build(config: Config, pm: pluggy.PluginManager) -> Domain:
+    """Open the configured store and build every domain service over it."""
+    store = await asyncio.to_thread(open_store, config.store, pm)
+    traces = tracing.setup(config)
+    storage = Storage(
+        store,
+        prefix=config.prefix,
+        instance=config.instance,
+        observer=StoreObservers(metrics.PrometheusObserver(), traces),
+    )
+    contexts = ContextService(config.contexts, storage, archive_ttl=config.compaction.archive_ttl)
+    catalogue = SkillCatalogue(config.skills)
+    prompts = PromptAssembler(config.prompt, catalogue)
+    skillset = SkillSet(contexts, catalogue, prompts)
+    listing = Listing(contexts)
+    deletion = Deletion(contexts)
+    observer = metrics.PrometheusObserver()
+    compactor = Compactor(
+        contexts,
+        config,
+        summarisers(config, pm),
+        observer=observer,
+        hooks=PluginHooks(pm),
+    )
+    turns = Turns(contexts, skillset)
+
+    async def append_note(cid: str, text: str) -> None:
+        await turns.append(TurnRequest(cid, [Msg(NOTE, text=text)]))
+
+    compactor.append_note = append_note
+    memory = memory_backend(config, storage)
+    observe(observer, contexts, memory)
+    return Domain(
+        storage=storage,
+        contexts=contexts,
+        turns=turns,
+        listing=listing,
+        deletion=deletion,
+        expiry=Expiry(contexts, listing, deletion),
+        compactor=compactor,
+        auto=AutoCompaction(compactor, contexts.feed),
+        planning=Planning(contexts, config.plan),
+        catalogue=catalogue,
+        prompts=prompts,
+        skillset=skillset,
+        memory=Memory(config.memory, memory),
+        tracing=traces,
+    )
+
+
+def observe(
+    observer: metrics.PrometheusObserver, contexts: ContextService, memory: MemoryBackend
+) -> None:
+    """Wire the domain's observers: resident contexts, the token estimate
+    after each turn, and the memory counters (an MCP backend keeps none)."""
+    contexts.registry.observer = observer
+
+    def after(event: ContextEvent, state: ContextState | None) -> None:
+        if event.kind == "turn" and state is not None:
+            observer.context_tokens(state.est_tokens)
+
+    contexts.feed.add_listener(after)
+    if isinstance(memory, StoreMemory):
+        memory.observer = observer
+
+
+def servicers(domain: Domain) -> tuple[ContextServicer, MemoryServicer]:
+    """The gRPC adapters over ``domain``."""
+    contexts = ContextServicer(
+        contexts=domain.contexts,
+        turns=domain.turns,
+        listing=domain.listing,
+        deletion=domain.deletion,
+        compactor=domain.compactor,
+        planning=domain.planning,
+        skillset=domain.skillset,
+    )
+    return contexts, MemoryServicer(domain.memory)

@@ -1,0 +1,218 @@
+"""The store interface every backend plugin implements.
+
+Deliberately small: ``get``, conditional ``put``, and the optional ``delete``
+and ``list`` that a backend declares in :attr:`Store.capabilities`. Every
+convenience (key namespacing, async calls, tombstones, the list index for
+backends that cannot enumerate) lives in the sidecar, so a plugin author
+writes only what their backend does.
+
+Methods are synchronous and may block; the sidecar calls them from worker
+threads (or inline for backends that declare :attr:`Capability.INLINE_READS`
+or :attr:`Capability.INLINE_WRITES`).
+Keys are arbitrary non-empty UTF-8 strings already namespaced by the sidecar;
+values are bytes (possibly empty). :mod:`ctxd_sidecar.testing.store_conformance` checks
+a backend against this contract; ``examples/store-plugin`` is a complete
+third-party plugin. A plugin module makes its two hooks with
+:func:`ctxd_sidecar.storeplugin.store_hooks`, and backends that compare and set
+themselves share :func:`check_precondition` and :func:`content_version`.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import concurrent.futures
+import enum
+import hashlib
+import warnings
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+
+class Capability(enum.StrEnum):
+    """Optional abilities a store declares; the sidecar reads, never probes."""
+
+    #: ``list()`` enumerates keys by prefix in lexicographic (byte) order.
+    LIST = "list"
+    #: ``delete()`` removes a key. Without it the sidecar writes tombstones.
+    DELETE = "delete"
+    #: ``put(if_version=…, if_absent=…)`` and ``delete(if_version=…)`` are
+    #: atomic compare-and-set, safe across processes sharing the backend.
+    #: Without it the sidecar checks preconditions itself under an in-process
+    #: lock, which is only safe while one sidecar uses the store.
+    CONDITIONAL_PUT = "conditional_put"
+    #: Several sidecar processes may use the backend at once (a bucket shared
+    #: by replicas). The sidecar then checks the store on every read of a
+    #: context, so each replica serves what any replica acknowledged.
+    SHARED = "shared"
+    #: Reads are local and cheap (memory or mmap): the sidecar may call
+    #: ``get`` on its event loop instead of in a worker thread.
+    INLINE_READS = "inline_reads"
+    #: The store queues writes on a thread of its own and offers
+    #: ``put_async``/``delete_async`` returning futures: the sidecar then
+    #: awaits those instead of blocking a worker thread on ``put``/``delete``.
+    #: Called on a running event loop they return that loop's futures, so a
+    #: store can complete a whole group of writes with one wake-up of the loop.
+    ASYNC_WRITES = "async_writes"
+    #: ``put``/``delete`` commit on the calling thread, and a commit costs
+    #: less than handing it to another thread and back (a local disk). The
+    #: sidecar then writes on its event loop while no other call is waiting,
+    #: and queues (``ASYNC_WRITES``) or uses a worker thread otherwise.
+    INLINE_WRITES = "inline_writes"
+
+
+#: Class flags that declared a capability before :class:`Capability` did.
+_LEGACY_FLAGS = {"inline_reads": Capability.INLINE_READS, "async_writes": Capability.ASYNC_WRITES}
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """A stored value and its opaque version.
+
+    The version changes whenever the content changes; two writes of
+    identical bytes may share one (S3 ETags behave this way).
+    """
+
+    value: bytes
+    version: str
+
+
+class StoreError(Exception):
+    """Base of the errors a store raises. Messages must not carry secrets."""
+
+
+class PreconditionFailed(StoreError):
+    """A conditional put or delete found a different version (or none)."""
+
+
+class StoreFull(StoreError):
+    """The backend is out of space (e.g. LMDB map full)."""
+
+
+class StoreUnavailable(StoreError):
+    """The backend cannot be reached or keeps failing; the call may be retried."""
+
+
+class Store(abc.ABC):
+    """A key/value backend. Subclass it in a plugin and return it from
+    :func:`ctxd_sidecar.hookspecs.ctxd_open_store`."""
+
+    #: Backend label used in logs and metrics (e.g. ``"lmdb"``).
+    name: ClassVar[str] = "store"
+    #: What this backend can do beyond get/put (the only declaration the
+    #: sidecar reads; may be set per instance, as options decide).
+    capabilities: frozenset[Capability] = frozenset()
+    #: Longest key the backend accepts, in UTF-8 bytes (``None``: no limit).
+    #: The sidecar rejects longer keys with a clear error before calling.
+    #: May be set per instance (e.g. S3 less the store's own key prefix).
+    max_key_bytes: int | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for flag, cap in _LEGACY_FLAGS.items():
+            if flag in vars(cls):
+                warnings.warn(
+                    f"{cls.__name__}.{flag} is deprecated; declare Capability.{cap.name} "
+                    "in capabilities instead",
+                    DeprecationWarning,
+                    stacklevel=3,  # the class statement, past ABCMeta.__new__
+                )
+
+    @abc.abstractmethod
+    def get(self, key: str) -> Item | None:
+        """Return the item stored under ``key``, or ``None``."""
+
+    def get_value(self, key: str) -> bytes | None:
+        """The value stored under ``key`` without its version, or ``None``.
+
+        For reads that never compare versions (a restore reading megabytes
+        of segments); a backend that derives versions from the content
+        (:func:`content_version`) overrides it to skip that work."""
+        item = self.get(key)
+        return None if item is None else item.value
+
+    @abc.abstractmethod
+    def put(
+        self,
+        key: str,
+        value: bytes,
+        *,
+        if_version: str | None = None,
+        if_absent: bool = False,
+    ) -> str:
+        """Store ``value`` and return its new version.
+
+        With ``if_absent`` the write happens only when ``key`` does not exist;
+        with ``if_version`` only when the stored version equals it. Otherwise
+        :class:`PreconditionFailed`. Preconditions are only passed to stores
+        declaring :attr:`Capability.CONDITIONAL_PUT`; a store without it
+        raises :class:`NotImplementedError` if given one, never ignores it
+        (checked by :mod:`ctxd_sidecar.testing.store_conformance`).
+        """
+
+    def delete(self, key: str, *, if_version: str | None = None) -> None:
+        """Remove ``key`` (a missing key is not an error unless ``if_version``
+        is given, which then fails with :class:`PreconditionFailed`).
+        Requires DELETE."""
+        raise NotImplementedError(f"{self.name} does not declare DELETE")
+
+    def list(self, prefix: str, *, start_after: str = "", limit: int | None = None) -> list[str]:
+        """Keys starting with ``prefix`` and greater than ``start_after``, in
+        order, at most ``limit`` of them. Requires LIST."""
+        raise NotImplementedError(f"{self.name} does not declare LIST")
+
+    def put_async(
+        self, key: str, value: bytes, *, if_version: str | None = None, if_absent: bool = False
+    ) -> asyncio.Future[str] | concurrent.futures.Future[str]:
+        """``put`` without blocking; only on stores declaring ASYNC_WRITES.
+
+        On a running event loop: an :class:`asyncio.Future` of that loop,
+        completed on it; elsewhere a :class:`concurrent.futures.Future`. (The
+        sidecar still accepts a thread future on the loop, as stores written
+        before this rule return.)"""
+        raise NotImplementedError(f"{self.name} does not declare ASYNC_WRITES")
+
+    def delete_async(
+        self, key: str, *, if_version: str | None = None
+    ) -> asyncio.Future[None] | concurrent.futures.Future[None]:
+        """``delete`` without blocking; only on stores declaring ASYNC_WRITES
+        (the same futures as :meth:`put_async`)."""
+        raise NotImplementedError(f"{self.name} does not declare ASYNC_WRITES")
+
+    def flush(self) -> None:  # noqa: B027 - optional hook
+        """Make every acknowledged write durable (called on shutdown)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources. The store is not used afterwards."""
+
+    def describe(self) -> str:
+        """A short description for logs, without credentials."""
+        return self.name
+
+
+def capabilities_of(store: Store) -> frozenset[Capability]:
+    """What ``store`` declares: its :attr:`Store.capabilities`, plus the
+    deprecated ``inline_reads``/``async_writes`` flags of older plugins."""
+    caps = frozenset(store.capabilities)
+    legacy = {cap for flag, cap in _LEGACY_FLAGS.items() if getattr(store, flag, False)}
+    return caps | legacy if legacy else caps
+
+
+# -- conveniences for plugin authors ------------------------------------------------------
+def content_version(value: bytes) -> str:
+    """A version derived from the content: changes whenever the bytes do.
+    For backends with no version of their own (files, LMDB, memory)."""
+    return hashlib.blake2b(value, digest_size=12).hexdigest()
+
+
+def check_precondition(current: Item | None, if_version: str | None, if_absent: bool) -> None:
+    """Raise :class:`PreconditionFailed` unless a write with these
+    preconditions may replace ``current`` (``None``: the key is absent).
+
+    The one statement of the ``if_absent``/``if_version`` semantics, for
+    backends that compare and set under a lock or transaction of their own.
+    """
+    if if_absent and current is not None:
+        raise PreconditionFailed("key already exists")
+    if if_version is not None and (current is None or current.version != if_version):
+        raise PreconditionFailed("version does not match")
