@@ -53,6 +53,10 @@ from ctxd_sidecar.core.jsonvalue import encode_compact
 
 log = logging.getLogger(__name__)
 
+#: Fence attempts while other replicas keep appending: each is one probe and
+#: one write, with no back-off (the fence should win, not take turns).
+FENCE_ATTEMPTS = 32
+
 
 class Deletion:
     """Deleting conversations over a :class:`ContextService`."""
@@ -83,47 +87,85 @@ class Deletion:
         if expected_version is not None and expected_version < 0:
             raise InvalidArgument("expected_version", "must not be negative")
         async with self.contexts.transaction(
-            cid, expected_version=expected_version, missing=Missing.ABSENT
+            cid,
+            expected_version=expected_version,
+            missing=Missing.ABSENT,
+            attempts=FENCE_ATTEMPTS,
         ) as tx:
-            while await tx.next():
-                st = tx.state
-                if st.head_etag is None:  # never made durable here: nothing stored
-                    tx.forget()
-                    return False
-                if await self.fence(tx):
-                    self.contexts.emit("deleted", None, cid, st.version)
-                    return True
+            pending: dict[str, Any] | None = None  # the trash record written for this incarnation
+            try:
+                while await tx.next():
+                    st = tx.state
+                    if st.head_etag is None:  # never made durable here: nothing stored
+                        tx.forget()
+                        return False
+                    if pending is not None and pending["gen"] != st.gen:
+                        await self._drop_trash(pending)
+                        pending = None
+                    if pending is None:
+                        pending = await self._write_trash(tx)
+                    if await self._fence(tx, pending):
+                        pending = None
+                        self.contexts.emit("deleted", None, cid, st.version)
+                        return True
+            finally:
+                if pending is not None:
+                    # Not deleted: the trash record must not finish it later.
+                    await self._drop_trash(pending)
         # Unknown (perhaps only seen by a refused first turn): the same answer
         # whatever the expected_version.
         return False
 
     async def fence(self, tx: Transaction) -> bool:
-        """Fence and remove the transaction's context. False when another
-        writer took the next version first (``tx`` has caught up; decide again)."""
+        """Fence and remove the transaction's context (expiry). False when
+        another writer took the next version first (``tx`` has caught up;
+        decide again)."""
+        plan = await self._write_trash(tx)
+        if await self._fence(tx, plan):
+            return True
+        await self._drop_trash(plan)
+        return False
+
+    async def _write_trash(self, tx: Transaction) -> dict[str, Any]:
+        """The trash record of the transaction's incarnation, written before
+        its fence so a crash between them is finished at the next start. It
+        names the version the fence will follow at the earliest (``base``);
+        the fence's own version is known once it is written."""
+        svc, st = self.contexts, tx.state
+        plan = {
+            "id": st.id,
+            "gen": st.gen,
+            "base": st.version,
+            "segments": [
+                s.to_list() for s in st.segments + st.dropped + [a for a, _ in st.archive]
+            ],
+        }
+        name = trash_name(st.id, st.gen)
+        await svc.trash.add(name)
+        await svc.storage.put(f"{TRASH}/{name}", encode_compact(plan))
+        faults.crash_point("contexts.after_trash_record")
+        return plan
+
+    async def _drop_trash(self, plan: dict[str, Any]) -> None:
+        svc = self.contexts
+        name = trash_name(plan["id"], plan["gen"])
+        await svc.storage.delete(f"{TRASH}/{name}")
+        await svc.trash.remove(name)
+
+    async def _fence(self, tx: Transaction, plan: dict[str, Any]) -> bool:
+        """Write the fence right after the catch-up (nothing in between, so a
+        steady writer on another replica cannot keep taking its version),
+        then remove the head and schedule the purge."""
         svc, st = self.contexts, tx.state
         async with tx.exclusive():
-            name = trash_name(st.id, st.gen)
-            fence = st.version + 1
-            plan = {
-                "id": st.id,
-                "gen": st.gen,
-                "last": fence,
-                "fence": fence,
-                "fenced_at": svc.now(),
-                "segments": [
-                    s.to_list() for s in st.segments + st.dropped + [a for a, _ in st.archive]
-                ],
-            }
-            await svc.trash.add(name)
-            await svc.storage.put(f"{TRASH}/{name}", encode_compact(plan))
-            faults.crash_point("contexts.after_trash_record")
-            if not await tx.commit({"op": "deleted", "ts": plan["fenced_at"]}, event=""):
-                # Not deleted (yet): the trash record must not finish it later.
-                await svc.storage.delete(f"{TRASH}/{name}")
-                await svc.trash.remove(name)
+            fenced_at = svc.now()
+            if not await tx.commit({"op": "deleted", "ts": fenced_at}, event="", backoff=False):
                 return False
             faults.crash_point("contexts.after_fence")
+            plan.update(last=st.version, fence=st.version, fenced_at=fenced_at)
             plan["segments"] = await self._remove_head(st.id, st.gen, plan["segments"])
+            name = trash_name(st.id, st.gen)
+            await svc.storage.put(f"{TRASH}/{name}", encode_compact(plan))
             tx.forget()
         faults.crash_point("contexts.after_head_delete")
         self._purge(name, plan)
@@ -204,7 +246,7 @@ class Deletion:
         try:
             for name, item in await svc.trash.scan(""):
                 plan = decode(item.value, f"trash record {name}")
-                if "fence" in plan and not await self._fenced(plan):
+                if not await self._fenced(plan):
                     # Crashed before the fence: the context was never deleted.
                     await svc.storage.delete(f"{TRASH}/{name}")
                     await svc.trash.remove(name)
@@ -217,12 +259,22 @@ class Deletion:
             log.warning("could not resume context deletions", extra={"error": str(exc)})
 
     async def _fenced(self, plan: dict[str, Any]) -> bool:
-        """Whether the plan's fence was written (or its incarnation is gone anyway)."""
+        """Whether the plan's fence was written (or its incarnation is gone
+        anyway); a plan written before its fence learns the fence's version."""
         svc = self.contexts
-        item = await svc.storage.get(log_key(plan["id"], plan["gen"], int(plan["fence"])))
-        if item is not None:
-            return decode(item.value, "fence record").get("op") == "deleted"
-        head = await svc.store.read_head(plan["id"])
-        return head is None or head[0].get("gen") != plan["gen"]
-
-
+        cid, gen = plan["id"], plan["gen"]
+        if "fence" in plan:
+            item = await svc.storage.get(log_key(cid, gen, int(plan["fence"])))
+            if item is not None:
+                return decode(item.value, "fence record").get("op") == "deleted"
+        else:
+            v = int(plan.get("base", 0)) + 1
+            while (item := await svc.storage.get(log_key(cid, gen, v))) is not None:
+                if decode(item.value, f"log record {v}").get("op") == "deleted":
+                    plan.update(last=v, fence=v)
+                    plan.setdefault("fenced_at", svc.now())
+                    return True
+                v += 1
+            plan.setdefault("last", v - 1)
+        head = await svc.store.read_head(cid)
+        return head is None or head[0].get("gen") != gen

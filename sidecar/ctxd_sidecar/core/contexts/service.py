@@ -39,7 +39,7 @@ from ctxd_sidecar.core.contexts.persistence import (
     not_found,
 )
 from ctxd_sidecar.core.contexts.registry import Entry, Registry
-from ctxd_sidecar.core.contexts.transaction import Missing, Transaction
+from ctxd_sidecar.core.contexts.transaction import COMMIT_ATTEMPTS, Missing, Transaction
 from ctxd_sidecar.core.errors import Conflict, CtxdError, InvalidArgument
 from ctxd_sidecar.core.keyindex import KeyIndex
 from ctxd_sidecar.core.storage import Storage
@@ -302,6 +302,7 @@ class ContextService:
         expected_version: int | None = None,
         missing: Missing = Missing.NOT_FOUND,
         idempotency_key: str = "",
+        attempts: int = COMMIT_ATTEMPTS,
     ) -> AsyncIterator[Transaction]:
         """Hold the context for one change (see :mod:`.transaction`)."""
         cid = validate.context_id(context_id)
@@ -314,6 +315,7 @@ class ContextService:
                 expected_version=expected_version,
                 missing=missing,
                 idempotency_key=idempotency_key,
+                attempts=attempts,
             )
 
     async def change(

@@ -68,12 +68,14 @@ class Transaction:
         expected_version: int | None,
         missing: Missing,
         idempotency_key: str = "",
+        attempts: int = COMMIT_ATTEMPTS,
     ) -> None:
         self._svc = contexts
         self._e = entry
         self._expected = expected_version
         self._missing = missing
         self._key = idempotency_key
+        self._attempts = attempts
         self._attempt = -1
         self._caught_up = False
         self._reloaded = False
@@ -95,7 +97,7 @@ class Transaction:
         svc, e = self._svc, self._e
         while True:
             self._attempt += 1
-            if self._attempt >= COMMIT_ATTEMPTS:
+            if self._attempt >= self._attempts:
                 raise Unavailable(f"context {e.id} is being written elsewhere; retry")
             st = await svc.load(e)
             if st is None or not st.exists:
@@ -134,6 +136,7 @@ class Transaction:
         event: str = "change",
         built: Sequence[Msg] | None = None,
         detail: dict[str, Any] | None = None,
+        backoff: bool = True,
     ) -> bool:
         """Commit ``body`` (``{"op": ..., ...}``; ``v`` filled in, ``ts``
         unless given) as the next version; True once durable and applied.
@@ -141,7 +144,8 @@ class Transaction:
 
         ``built`` are the record's messages as objects (an append), applied
         as they are instead of decoded again; ``detail`` is what the event
-        carries (by default the record)."""
+        carries (by default the record). ``backoff=False``: retry at once
+        after a lost race (a fence, which should win over steady writers)."""
         svc, e, st = self._svc, self._e, self.state
         assert st is not None, "commit() before next()"
         if st.head_etag is None:
@@ -157,7 +161,8 @@ class Transaction:
             await svc.write(e, st, rec, built)
         except Conflict:
             await svc.refresh(e, lost_race=True)
-            await race_backoff(self._attempt)
+            if backoff:
+                await race_backoff(self._attempt)
             return False
         self.record = rec
         if event:
