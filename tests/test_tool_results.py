@@ -25,15 +25,11 @@ def refused(c, cid: str, *messages: pb.Message, field: str) -> None:
     assert full(c, cid) == before
 
 
-@pytest.mark.parametrize("segment_format", ["columns", "json"])
-def test_a_second_result_for_an_answered_call_is_refused(
-    start_sidecar, store_uri_for, segment_format
-):
+def test_a_second_result_for_an_answered_call_is_refused(start_sidecar, store_uri_for):
     sc = start_sidecar(
         store_uri_for("lmdb"),
         contexts__checkpoint_every=2,
         contexts__cache_max_contexts=1,
-        contexts__segment_format=segment_format,
     )
     c = sc.contexts
     first = append(c, "dup", user("a"), assistant("", CALL), tool_text("D1", "f", "r1"))

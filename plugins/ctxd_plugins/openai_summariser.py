@@ -286,8 +286,7 @@ def resolve_api_key(cfg: OpenAIConfig, env: Mapping[str, str]) -> str:
 
 @hookimpl
 def ctxd_config_tables() -> list[ConfigTable]:
-    old = {f"compaction.openai_{key}": key for key in OpenAIConfig.model_fields}
-    return [ConfigTable(TABLE, OpenAIConfig, renamed=old)]
+    return [ConfigTable(TABLE, OpenAIConfig)]
 
 
 @hookimpl

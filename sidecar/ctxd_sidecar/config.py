@@ -159,10 +159,6 @@ class ContextsConfig(Table):
     #: Seconds a deleted conversation's fence record stays on a shared store,
     #: so a replica holding an old copy can never append to it.
     fence_hold: NonNegative = 600.0
-    #: How sealed segments are written: "columns" (binary columns, fast to
-    #: restore) or "json" (the format of ctxd 0.1, for a fleet on one bucket
-    #: while some replicas still run 0.1). Both are always read.
-    segment_format: Literal["columns", "json"] = "columns"
 
 
 class CompactionConfig(Table):
@@ -422,13 +418,10 @@ class ConfigTable:
     TOML and ``CTXD_SUMMARISER_OPENAI_<KEY>`` in the environment); it must not
     start with a core setting's name. Every field of ``model`` needs a default:
     an installed plugin that is not configured must not stop start-up.
-    ``renamed`` maps old dotted names still accepted, with a deprecation
-    warning, to keys of this table (``{"compaction.openai_model": "model"}``).
     """
 
     name: str
     model: type[BaseModel]
-    renamed: Mapping[str, str] = field(default_factory=dict)
 
 
 class ConfigError(ValueError):

@@ -85,14 +85,11 @@ def load(
     notes: list[str] = []
     tables = plugin_tables(plugins, notes)
     cls = settings_class(tables)
-    renamed = {old: f"{t.name}.{key}" for t in tables.values() for old, key in t.renamed.items()}
     layers = [Layer(cls, dotted_to_nested(overrides), "on the command line")]
-    layers.append(_env_layer(cls, env, renamed, notes))
+    layers.append(_env_layer(cls, env, notes))
     path = config_file or env.get("CTXD_CONFIG")
     if path:
         layers.append(Layer(cls, _read_toml(path), f"in {path}"))
-    for layer in layers:
-        _apply_renames(layer, renamed, notes)
     try:
         cfg = cls(_build_sources=(tuple(layers), {}))
     except ValidationError as exc:
@@ -176,11 +173,8 @@ def env_name(path: Path) -> str:
     return "CTXD_" + "_".join(path).upper()
 
 
-def _env_layer(
-    cls: type[Config], env: Mapping[str, str], renamed: Mapping[str, str], notes: list[str]
-) -> Layer:
+def _env_layer(cls: type[Config], env: Mapping[str, str], notes: list[str]) -> Layer:
     known = {env_name(p): p for p in leaf_paths(cls)}
-    known.update({env_name(tuple(old.split("."))): tuple(old.split(".")) for old in renamed})
     layer = Layer(cls, {}, "in the environment")
     unknown = []
     for var, value in env.items():
@@ -205,20 +199,6 @@ def _read_toml(path: str) -> dict[str, Any]:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
-
-
-def _apply_renames(layer: Layer, renamed: Mapping[str, str], notes: list[str]) -> None:
-    """Move deprecated names of plugin settings to the plugin's table."""
-    for old, new in renamed.items():
-        old_path, new_path = tuple(old.split(".")), tuple(new.split("."))
-        if not layer.has(old_path):
-            continue
-        where = layer.where(old_path)
-        if layer.has(new_path):
-            raise ConfigError(f"{old} and {new} are both set {where}; keep {new}")
-        _put(layer.data, new_path, _pop(layer.data, old_path))
-        layer.origins[new_path] = where
-        notes.append(f"{old} is deprecated, use {new} ({where})")
 
 
 def _check(cfg: Config, pm: pluggy.PluginManager) -> None:

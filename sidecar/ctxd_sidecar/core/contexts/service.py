@@ -74,7 +74,6 @@ class ContextService:
             storage,
             idem_cap=config.idempotency_keys,
             archive_ttl_ms=int(archive_ttl * 1000),
-            segment_format=config.segment_format,
         )
         self.index = KeyIndex(storage, HEADS)
         self.trash = KeyIndex(storage, TRASH)
