@@ -21,7 +21,12 @@ from ctxd_sidecar.core.contexts.model import (
     ToolCall,
 )
 from ctxd_sidecar.core.contexts.persistence import ContextStore, Damaged, seg_key
-from ctxd_sidecar.core.contexts.segments import MAGIC, SegmentDamaged, decode_segment, encode_segment
+from ctxd_sidecar.core.contexts.segments import (
+    MAGIC,
+    SegmentDamaged,
+    decode_segment,
+    encode_segment,
+)
 from ctxd_sidecar.core.storage import Storage
 
 
@@ -168,8 +173,8 @@ async def test_a_damaged_segment_makes_the_restore_unavailable() -> None:
 
 
 def test_segments_are_written_in_one_format() -> None:
-    from ctxd_sidecar import config
     from ctxd_sidecar.config import ConfigError
+    from ctxd_sidecar.config.loader import load_config
 
     with pytest.raises(ConfigError, match="segment_format"):
-        config.load(env={}, overrides={"contexts.segment_format": "json"})
+        load_config(env={}, overrides={"contexts.segment_format": "json"})

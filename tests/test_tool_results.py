@@ -7,7 +7,6 @@ abandoned calls keep working. Real gRPC, real LMDB."""
 from __future__ import annotations
 
 import grpc
-import pytest
 
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 from tests.test_contexts import append, assistant, bad_field, full, rpc_error, tool_text, user

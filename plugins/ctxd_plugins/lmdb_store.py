@@ -35,7 +35,6 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import lmdb
-
 from pydantic import field_validator
 
 from ctxd_sidecar.plugin import (

@@ -40,11 +40,11 @@ class StoreOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-O = TypeVar("O", bound=StoreOptions)
+Opts = TypeVar("Opts", bound=StoreOptions)
 
 #: Opens the store a URI names: ``factory(uri, options)``. It may raise
 #: ``ValueError`` with an operator-facing message for a malformed URI.
-StoreFactory = Callable[[str, O], Store]
+StoreFactory = Callable[[str, Opts], Store]
 
 #: What an option must be, by pydantic error type.
 _MUST_BE = {
@@ -99,7 +99,7 @@ def store_hooks(
     return StoreHooks(ctxd_store_schemes, ctxd_open_store)
 
 
-def parse_options(scheme: str, schema: type[O], raw: Mapping[str, str]) -> O:
+def parse_options(scheme: str, schema: type[Opts], raw: Mapping[str, str]) -> Opts:
     """``raw`` (the URI query) as ``schema``; ValueError in one line naming
     the first bad option."""
     try:

@@ -21,8 +21,8 @@ from typing import Any, Protocol
 from ctxd_sidecar.core.contexts import validate
 from ctxd_sidecar.core.contexts.model import ASSISTANT, TOOL, ContextState, Msg, SkillRef
 from ctxd_sidecar.core.contexts.service import ContextService
-from ctxd_sidecar.core.contexts.transaction import Missing
 from ctxd_sidecar.core.contexts.tokens import window_for_model
+from ctxd_sidecar.core.contexts.transaction import Missing
 from ctxd_sidecar.core.errors import InvalidArgument
 
 log = logging.getLogger(__name__)

@@ -19,17 +19,16 @@ keys, ``CTXD_<TABLE>_<KEY>`` for table keys (``CTXD_MEMORY_MAX_VALUE_BYTES``,
 
 The tables are pydantic models, their limits field constraints; a plugin
 declares its own tables through the ``ctxd_config_tables`` hook and reads them
-back with :meth:`Config.table`. Loading is in :mod:`ctxd_sidecar.config_loader`; this
+back with :meth:`Config.table`. Loading is in :mod:`ctxd_sidecar.config.loader`; this
 module holds the schema and imports nothing of the domain.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -42,10 +41,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from ctxd_sidecar.config_servers import McpServerSpec, parse_servers
-
-if TYPE_CHECKING:
-    import pluggy
+from ctxd_sidecar.config.mcp_servers import McpServerSpec, parse_servers
 
 Positive = Annotated[int, Field(gt=0)]
 
@@ -443,21 +439,3 @@ def dotted_to_nested(pairs: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def load(
-    *,
-    config_file: str | None = None,
-    env: Mapping[str, str] | None = None,
-    overrides: Mapping[str, Any] | None = None,
-    plugins: pluggy.PluginManager | None = None,
-) -> Config:
-    """Build the effective config. ``overrides`` are dotted names from flags;
-    ``plugins`` supplies plugin tables and checks (default: every built-in
-    and installed plugin). :class:`ConfigError` (a ValueError) on a bad one."""
-    from ctxd_sidecar import config_loader
-
-    return config_loader.load(
-        config_file=config_file,
-        env=os.environ if env is None else env,
-        overrides=overrides or {},
-        plugins=plugins,
-    )

@@ -10,6 +10,7 @@ and appears inside key names (``CTXD_MEMORY_MAX_KEYS``).
 
 from __future__ import annotations
 
+import os
 import tomllib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -70,14 +71,18 @@ class Layer(PydanticBaseSettingsSource):
         return self.origins.get(path, self.label)
 
 
-def load(
+def load_config(
     *,
-    config_file: str | None,
-    env: Mapping[str, str],
-    overrides: Mapping[str, Any],
-    plugins: pluggy.PluginManager | None,
+    config_file: str | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    plugins: pluggy.PluginManager | None = None,
 ) -> Config:
-    """See :func:`ctxd_sidecar.config.load`."""
+    """Build the effective config. ``overrides`` are dotted names from flags;
+    ``plugins`` supplies plugin tables and checks (default: every built-in
+    and installed plugin). :class:`ConfigError` (a ValueError) on a bad one."""
+    env = os.environ if env is None else env
+    overrides = overrides or {}
     if plugins is None:
         from ctxd_sidecar.plugins import plugin_manager
 
@@ -204,8 +209,8 @@ def _read_toml(path: str) -> dict[str, Any]:
 def _check(cfg: Config, pm: pluggy.PluginManager) -> None:
     """Checks that need more than one table, or files: the prompt template,
     then every plugin's ``ctxd_check_config``."""
+    from ctxd_sidecar.core.prompt.template import load_template
     from ctxd_sidecar.plugins import each_result
-    from ctxd_sidecar.prompt_template import load_template
 
     try:
         if cfg.prompt.template_file:
