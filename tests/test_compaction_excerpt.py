@@ -16,7 +16,7 @@ from ctxd_sidecar.core.compaction import (
     build_excerpt,
     build_system_prompt,
     clip,
-    estimate_text_tokens,
+    estimate_text,
     render_message,
 )
 from ctxd_sidecar.core.compaction.excerpt import (
@@ -126,13 +126,13 @@ def test_excerpt_includes_the_previous_summary_to_extend():
 def test_excerpt_is_fitted_to_max_tokens():
     messages = [M.user(f"m{i}", f"message {i} " + "z" * 3000) for i in range(40)]
     full = build_excerpt(messages)
-    assert estimate_text_tokens(full) > 20_000
+    assert estimate_text(full) > 20_000
     fitted = build_excerpt(messages, max_tokens=4000)
-    assert estimate_text_tokens(fitted) <= 4000
+    assert estimate_text(fitted) <= 4000
     # shorter clips first: every message is still there
     assert all(f"[m{i} user]" in fitted for i in range(40))
     tight = build_excerpt(messages, max_tokens=1000)
-    assert estimate_text_tokens(tight) <= 1000
+    assert estimate_text(tight) <= 1000
     assert "earlier messages elided" in tight
     assert "[m39 user]" in tight and "[m0 user]" not in tight  # the oldest go first
 

@@ -23,7 +23,7 @@ from ctxd_sidecar.core.compaction import (
     SummariserError,
     Summary,
     ToolCallData,
-    estimate_text_tokens,
+    estimate_text,
     merge,
     summarise,
 )
@@ -252,7 +252,7 @@ async def test_folds_in_several_passes_when_the_excerpt_exceeds_the_window(fake,
     seen = [i for r in fake.requests for i in r.message_ids()]
     assert seen == [m.id for m in folded]  # each message in exactly one pass, in order
     for r in fake.requests:
-        request_tokens = estimate_text_tokens(r.system) + estimate_text_tokens(r.user)
+        request_tokens = estimate_text(r.system) + estimate_text(r.user)
         assert request_tokens + 300 <= 2000 * WINDOW_SAFETY
         assert "- from an earlier compaction" in r.user
     # later passes see what the earlier ones produced
@@ -280,7 +280,7 @@ async def test_passes_are_bounded_and_the_excerpt_trimmed(fake, make_summariser)
     assert seen[0] != ids[0]  # the oldest are left out first
     assert "earlier messages elided" in fake.requests[0].user
     for r in fake.requests:
-        assert estimate_text_tokens(r.system) + estimate_text_tokens(r.user) + 300 <= 1800
+        assert estimate_text(r.system) + estimate_text(r.user) + 300 <= 1800
 
 
 async def test_window_too_small_is_reported(fake, make_summariser):

@@ -9,9 +9,9 @@ from ctxd_sidecar.core.contexts.tokens import (
     MAX_RATIO,
     MIN_RATIO,
     Calibration,
-    estimate_text,
     window_for_model,
 )
+from ctxd_sidecar.core.estimate import estimate_text
 
 
 @pytest.mark.parametrize(

@@ -110,8 +110,9 @@ from ctxd_sidecar.core.contexts.model import (
     ToolCall,
 )
 from ctxd_sidecar.core.contexts.service import ContextService
-from ctxd_sidecar.core.contexts.tokens import estimate_text, window_for_model
+from ctxd_sidecar.core.contexts.tokens import window_for_model
 from ctxd_sidecar.core.contexts.turns import TurnRequest, TurnResult, Turns
+from ctxd_sidecar.core.estimate import estimate_text
 
 __all__ = [
     "ROOT_ID",
