@@ -114,7 +114,7 @@ def generic_cases(cls) -> list[tuple[str, bytes, set]]:
     (bytes that do not parse as the request type) are INTERNAL in grpcio;
     anything that parses goes through ctxd's validation."""
     parsed = {SC.OK, SC.INVALID_ARGUMENT, SC.NOT_FOUND, SC.FAILED_PRECONDITION}
-    # ctxd decodes requests itself (ctxd_sidecar.server.interceptors), so bytes
+    # ctxd decodes requests itself (ctxd_sidecar.server.layers.decode), so bytes
     # that are not the method's message are INVALID_ARGUMENT naming "request".
     undecodable = {SC.INVALID_ARGUMENT}
     cases: list[tuple[str, bytes, set]] = [

@@ -17,13 +17,8 @@ from grpc_status import rpc_status
 
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as cpb
 from ctxd_sidecar.api.ctxd.v1 import memory_pb2
-from ctxd_sidecar.server.interceptors import (
-    HEALTH_WATCH,
-    WATCH_CONTEXT,
-    Pipeline,
-    Registrar,
-    _names_context,
-)
+from ctxd_sidecar.server.layers import HEALTH_WATCH, WATCH_CONTEXT, Pipeline, Registrar
+from ctxd_sidecar.server.layers.decode import _names_context
 from ctxd_sidecar.server.registration import add_service
 from tests.conftest import FAST_RECONNECT, free_port, wait_serving
 
@@ -62,7 +57,7 @@ def test_unix_socket(tmp_path):
         [
             sys.executable,
             "-m",
-            "sidecar",
+            "ctxd_sidecar",
             "serve",
             "--listen",
             f"unix:{sock}",

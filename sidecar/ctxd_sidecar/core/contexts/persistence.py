@@ -22,6 +22,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
+from ctxd_sidecar.core.contexts.head import head_of, state_from_head
 from ctxd_sidecar.core.contexts.model import ContextState, Msg, SegmentRef
 from ctxd_sidecar.core.contexts.ops import SEALED, DamagedRecord, apply_record, needs_messages
 from ctxd_sidecar.core.contexts.segments import (
@@ -141,7 +142,7 @@ class ContextStore:
     async def create_head(self, st: ContextState) -> None:
         """Write the head of a new context (version 0); Conflict if one exists
         (other than the deleted incarnation ``st.replaces_head`` names)."""
-        body = encode_compact(st.head_dict([], 0, [], []))
+        body = encode_compact(head_of(st, [], 0, [], []))
         if st.replaces_head is not None:
             # The head of a deleted incarnation is still stored: take its place.
             etag = await self.storage.put(head_key(st.id), body, if_version=st.replaces_head)
@@ -216,7 +217,7 @@ class ContextStore:
                 # A record the head relies on is missing, yet no newer head exists.
                 log.error("context head names records that are missing", extra={"context": cid})
                 raise Damaged(f"context {cid} cannot be restored; see the sidecar log")
-            st = ContextState.from_head(doc, idem_cap=self.idem_cap)
+            st = state_from_head(doc, idem_cap=self.idem_cap)
             st.head_etag = etag
             st.loaded = loaded
             try:
@@ -314,7 +315,7 @@ class ContextStore:
             sealed_through = segment.last
         elif st.next_seq - 1 > sealed_through:
             sealed_through = st.next_seq - 1  # appended and folded before sealing
-        head = encode_compact(st.head_dict(keep, sealed_through, dropped, archive))
+        head = encode_compact(head_of(st, keep, sealed_through, dropped, archive))
         pending_bytes = sum(m.size_bytes for m in pending)
         st.dirty = False
         try:

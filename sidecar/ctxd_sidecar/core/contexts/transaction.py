@@ -32,18 +32,35 @@ import enum
 import random
 from collections.abc import Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ctxd_sidecar.core.contexts.model import ContextState, Msg
 from ctxd_sidecar.core.contexts.persistence import not_found
+from ctxd_sidecar.core.contexts.registry import Entry
 from ctxd_sidecar.core.errors import Conflict, Unavailable
-
-if TYPE_CHECKING:
-    from ctxd_sidecar.core.contexts.registry import Entry
-    from ctxd_sidecar.core.contexts.service import ContextService
 
 #: Commit attempts when another writer keeps taking the next version.
 COMMIT_ATTEMPTS = 8
+
+
+class Keeper(Protocol):
+    """What a transaction needs of the record keeper
+    (:class:`~ctxd_sidecar.core.contexts.service.ContextService`)."""
+
+    shared: bool
+
+    def now(self) -> int: ...
+    async def load(self, e: Entry) -> ContextState | None: ...
+    async def refresh(self, e: Entry, *, lost_race: bool = False) -> None: ...
+    def new_state(self, cid: str, replacing: ContextState | None = None) -> ContextState: ...
+    async def create(self, st: ContextState) -> None: ...
+    async def write(
+        self, e: Entry, st: ContextState, rec: dict[str, Any], built: Sequence[Msg] | None
+    ) -> None: ...
+    def after_commit(
+        self, e: Entry, st: ContextState, kind: str, detail: dict[str, Any]
+    ) -> None: ...
+    def forget(self, e: Entry) -> None: ...
 
 
 class Missing(enum.Enum):
@@ -62,7 +79,7 @@ class Transaction:
 
     def __init__(
         self,
-        contexts: ContextService,
+        contexts: Keeper,
         entry: Entry,
         *,
         expected_version: int | None,
