@@ -14,8 +14,8 @@ import grpc
 import pytest
 
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
-from tests.compaction.test_compaction_rpcs import append, assistant, openai_settings, tool, user
-from tests.contexts.test_contexts import bad_field
+from tests.support.compaction import append, assistant, openai_settings, tool, user
+from tests.support.contexts import bad_field
 from tests.support.fake_openai import FakeOpenAI
 
 TRANSCRIPT = Path(__file__).parents[2] / "bench" / "transcripts" / "ops_session.json"

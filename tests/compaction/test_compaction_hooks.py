@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
-from tests.compaction.test_compaction_rpcs import append, assistant, openai_settings, tool, user
+from tests.support.compaction import append, assistant, openai_settings, tool, user
 from tests.support.fake_openai import FakeOpenAI
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "compaction-hooks" / "ctxd_guard.py"

@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
-from tests.compaction.test_compaction_rpcs import append, assistant, tool, user
+from tests.support.compaction import append, assistant, tool, user
 
 DEFAULT_LIMIT = 4 * 1024 * 1024
 

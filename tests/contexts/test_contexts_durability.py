@@ -13,7 +13,7 @@ import pytest
 
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 from ctxd_sidecar.core.contexts.persistence import head_key, log_key
-from tests.contexts.test_contexts import (
+from tests.support.contexts import (
     append,
     assistant,
     estimate,

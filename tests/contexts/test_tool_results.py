@@ -9,7 +9,7 @@ from __future__ import annotations
 import grpc
 
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
-from tests.contexts.test_contexts import (
+from tests.support.contexts import (
     append,
     assistant,
     bad_field,

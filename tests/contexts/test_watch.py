@@ -11,7 +11,7 @@ import pytest
 
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 from ctxd_sidecar.core.contexts.events import Subscription, WatchEvent
-from tests.compaction.test_compaction_rpcs import Watcher, append, apply, plan, tool_turn, user
+from tests.support.compaction import Watcher, append, apply, plan, tool_turn, user
 
 K = pb.ContextEventKind
 

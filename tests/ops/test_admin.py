@@ -16,8 +16,8 @@ import grpc
 import pytest
 
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as cpb
-from tests.server import test_security
 from tests.conftest import free_port
+from tests.server import test_security
 
 CTXD = str(Path(sys.executable).with_name("ctxd"))
 TOKEN = "s3cret-admin-token"

@@ -14,7 +14,7 @@ import pytest
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 from ctxd_sidecar.api.ctxd.v1 import context_pb2_grpc
 from tests.conftest import FAST_RECONNECT
-from tests.contexts.test_contexts import append, assistant, full, list_all, rpc_error, texts, user
+from tests.support.contexts import append, assistant, full, list_all, rpc_error, texts, user
 
 KILLS = 20
 RETRYABLE = {

@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
-from tests.contexts.test_contexts import append, full, rpc_error, texts, user
+from tests.support.contexts import append, full, rpc_error, texts, user
 
 BACKENDS = ["s3", "s3-nolist"]
 

@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
-from tests.contexts.test_contexts import append, full, texts, user
+from tests.support.contexts import append, full, texts, user
 
 
 @pytest.mark.parametrize("backend", ["s3", "s3-nolist"])

@@ -21,7 +21,7 @@ import grpc
 import pytest
 
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
-from tests.contexts.test_contexts import append, full, rpc_error, texts, user
+from tests.support.contexts import append, full, rpc_error, texts, user
 
 #: Seconds A holds a deletion's fence (and every record of the incarnation).
 HOLD = 3.0
