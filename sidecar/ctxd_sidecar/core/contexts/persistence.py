@@ -230,8 +230,8 @@ class ContextStore:
                         tail_task.cancel()
                         raise
                     tail = await tail_task
-                    for run in segments:
-                        st.load_sealed(run.since(st.live_from))
+                    for ref, run in zip(st.segments, segments, strict=True):
+                        st.load_sealed(without_cut(st, ref, run.since(st.live_from)))
                 else:
                     tail = await self.read_tail(cid, st.gen, st.version)
                     if any(needs_messages(r) for r in tail):
@@ -366,6 +366,14 @@ class ContextStore:
             )
         keys = [log_key(cid, gen, v) for v in range(1, last_version + 1)]
         return keys + [seg_key(cid, gen, s) for s in segments]
+
+
+def without_cut(st: ContextState, ref: SegmentRef, run: SealedRun | BuiltRun):
+    """``run`` without the messages truncation removed (a sealed segment
+    keeps them until its context is compacted or deleted)."""
+    if not any(a <= ref.last and ref.first <= b for a, b in st.cut):
+        return run
+    return BuiltRun([m for m in run.build() if not st.is_cut(m.seq)])
 
 
 class Cleanup:
