@@ -196,3 +196,32 @@ test("provider formats pass OpenAI and Anthropic JSON through", async (t) => {
   await client.delete(cid);
   await client.delete(an);
 });
+
+test("Responses items exactly, tail reads, truncate, empty contexts and prefix listing", async () => {
+  const cid = `${run}-resp`;
+  const items = [
+    { role: "user", content: "hi 🚀" },
+    { id: "rs_1", type: "reasoning", summary: [{ type: "summary_text", text: "think" }], encrypted_content: "gAAA" },
+    { id: "fc_1", type: "function_call", call_id: "c1", name: "f", arguments: '{"x":1}' },
+    { type: "function_call_output", call_id: "c1", output: "done" },
+    { id: "mcp_1", type: "mcp_call", server_label: "s", name: "n", arguments: "{}", output: "o" },
+  ];
+  await client.appendProviderTurn(cid, "openai_responses", items);
+  const back = await client.providerSlice(cid, "openai_responses");
+  assert.deepEqual(back.messages, items);
+  assert.deepEqual((await client.providerSlice(cid, "openai_responses", { lastN: 2 })).messages, items.slice(3));
+  assert.equal((await client.get(cid, { lastN: 1 })).messages.length, 1);
+  const popped = await client.truncate(cid, { count: 1, expectedVersion: back.version, format: "openai_responses" });
+  assert.deepEqual(popped.removedJson, items.slice(4));
+  await assert.rejects(
+    client.truncate(cid, { count: 1, expectedVersion: back.version }),
+    (e: CtxdError) => e.code === Code.Aborted,
+  );
+  await assert.rejects(client.truncate(cid, {}), (e: CtxdError) => e.code === Code.InvalidArgument);
+  const made = await client.createContext(`${run}-empty:a`);
+  assert.equal(made.created, true);
+  assert.equal((await client.createContext(`${run}-empty:a`)).created, false);
+  await client.createContext(`${run}-empty:b`);
+  const listed = (await client.listContexts({ idPrefix: `${run}-empty:` })).map((c) => c.id);
+  assert.deepEqual(listed, [`${run}-empty:a`, `${run}-empty:b`]);
+});
