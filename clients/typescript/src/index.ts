@@ -10,6 +10,7 @@ import * as mpb from "./gen/ctxd/v1/memory_pb.js";
 import { CtxdError, toCtxdError } from "./errors.js";
 
 export * from "./errors.js";
+export { CtxdSession, type CtxdSessionOptions, type Summarise } from "./integrations/openaiAgents.js";
 export { pb, mpb };
 
 export interface TlsOptions {
