@@ -341,3 +341,26 @@ def test_create_context_makes_an_empty_conversation_once(start_sidecar):
         with pytest.raises(InvalidArgument) as bad:
             c.create_context("ok", model_window=-5)
         assert _field(bad) == "model_window"
+
+
+def test_truncated_ranges_are_forgotten_once_no_segment_holds_them(start_sidecar, lmdb_uri):
+    settings = {"contexts__checkpoint_every": 1, "contexts__auto_compact": False}
+    sc = start_sidecar(lmdb_uri, compaction__archive_ttl=0, **settings)
+    service = sc.extra["sidecar"].domain.contexts
+    with _client(sc) as c:
+        for i in range(30):  # a session retrying: two items added, the last one popped
+            c.append_turn("retry", [{"user": {"text": f"q{i}"}}, {"user": {"text": f"x{i}"}}])
+            c.truncate("retry", count=1)
+        sc.extra["handle"].call(service.checkpoint_now("retry"))
+        state = service.registry.peek("retry").state
+        assert len(state.cut) == 30
+        c.compact("retry", keep_last=2)
+        c.append_turn("retry", [{"user": {"text": "last"}}])
+        sc.extra["handle"].call(service.checkpoint_now("retry"))
+        assert len(state.cut) <= 3  # only those inside the segments still named
+        kept = [m.user.text for m in c.get("retry").context.messages]
+    sc.stop()
+    with _client(start_sidecar(lmdb_uri, **settings)) as c:
+        assert (
+            [m.user.text for m in c.get("retry").context.messages] == kept == ["q28", "q29", "last"]
+        )

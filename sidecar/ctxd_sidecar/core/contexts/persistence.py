@@ -314,6 +314,11 @@ class ContextStore:
             sealed_through = segment.last
         elif st.next_seq - 1 > sealed_through:
             sealed_through = st.next_seq - 1  # appended and folded before sealing
+        if st.cut:
+            # Truncated ranges below every segment the head names filter nothing.
+            firsts = [x.first for x in keep] + [x.first for x, _ in archive]
+            lowest = min(firsts, default=st.next_seq)
+            st.cut = [r for r in st.cut if r[1] >= lowest]
         head = encode_compact(st.head_dict(keep, sealed_through, dropped, archive))
         pending_bytes = sum(m.size_bytes for m in pending)
         st.dirty = False
