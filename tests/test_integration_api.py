@@ -16,7 +16,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "clients" / "pyt
 from ctxd_client import Client  # noqa: E402
 from ctxd_client._api.ctxd.v1 import context_pb2 as pb  # noqa: E402
 from ctxd_client.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound  # noqa: E402
-
 from tests.responses_corpus import corpus  # noqa: E402
 
 RESPONSES = "openai_responses"

@@ -17,8 +17,6 @@ import pytest
 pytest.importorskip("langchain.agents")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "clients" / "python"))
 
-from ctxd_client import Client  # noqa: E402
-from ctxd_client.integrations.langgraph import CtxdContextMiddleware  # noqa: E402
 from langchain.agents import create_agent  # noqa: E402
 from langchain_core.callbacks import CallbackManagerForLLMRun  # noqa: E402
 from langchain_core.language_models import BaseChatModel  # noqa: E402
@@ -31,6 +29,9 @@ from langchain_core.messages import (  # noqa: E402
 from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
 from langchain_core.tools import tool  # noqa: E402
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
+
+from ctxd_client import Client  # noqa: E402
+from ctxd_client.integrations.langgraph import CtxdContextMiddleware  # noqa: E402
 
 TURNS = 200
 #: The model window the middleware declares (tokens): ctxd compacts at 0.7

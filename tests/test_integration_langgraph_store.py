@@ -21,9 +21,10 @@ import pytest
 pytest.importorskip("langgraph.store.base")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "clients" / "python"))
 
+from langgraph.store.base import InvalidNamespaceError, PutOp  # noqa: E402
+
 from ctxd_client import AsyncClient, Client  # noqa: E402
 from ctxd_client.integrations.langgraph import CtxdStore  # noqa: E402
-from langgraph.store.base import InvalidNamespaceError, PutOp  # noqa: E402
 
 
 @pytest.fixture

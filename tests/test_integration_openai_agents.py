@@ -30,9 +30,9 @@ from agents.memory.session import (  # noqa: E402
     is_openai_responses_compaction_aware_session,
 )
 from agents.testing import ScriptedModel, assistant_message, function_call  # noqa: E402
+
 from ctxd_client import AsyncClient, Client  # noqa: E402
 from ctxd_client.integrations.openai_agents import CtxdSession  # noqa: E402
-
 from tests.responses_corpus import corpus  # noqa: E402
 
 RUNNERS = ["run", "run_sync", "run_streamed"]

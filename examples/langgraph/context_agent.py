@@ -18,11 +18,12 @@ from __future__ import annotations
 import os
 import sys
 
-from ctxd_client import Client
-from ctxd_client.integrations.langgraph import CtxdContextMiddleware, CtxdStore
 from langchain.agents import create_agent
 from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
+
+from ctxd_client import Client
+from ctxd_client.integrations.langgraph import CtxdContextMiddleware, CtxdStore
 
 
 def main() -> None:

@@ -19,9 +19,10 @@ import os
 import sys
 
 from agents import Agent, OpenAIChatCompletionsModel, Runner, set_tracing_disabled
+from openai import AsyncOpenAI
+
 from ctxd_client import AsyncClient
 from ctxd_client.integrations.openai_agents import CtxdSession
-from openai import AsyncOpenAI
 
 
 async def main() -> None:
