@@ -43,6 +43,7 @@ from ctxd_sidecar.server.context_convert import (
     summary_to_pb,
     turn_messages,
 )
+from ctxd_sidecar.server.context_edits import ContextEdits
 
 _VIEWS = {
     pb.CONTEXT_VIEW_UNSPECIFIED: views.FULL,
@@ -112,6 +113,12 @@ def _read_of(request: pb.GetContextRequest, field: str = "") -> _Read:
         raise InvalidArgument(f"{field}format", f"unknown message format {request.format}")
     if fmt and view != views.SLICE:
         raise InvalidArgument(f"{field}format", "goes with CONTEXT_VIEW_SLICE")
+    if request.last_n < 0:
+        raise InvalidArgument(f"{field}last_n", "must not be negative (0 reads all)")
+    if request.last_n and since is not None:
+        raise InvalidArgument(
+            f"{field}last_n", "goes without since_version (an incremental read is already a tail)"
+        )
     return _Read(request, view, latest, since, incarnation, fmt)
 
 
@@ -153,7 +160,7 @@ def _serialized(reply: pb.GetContextResponse | bytes) -> bytes:
     return reply if isinstance(reply, bytes) else reply.SerializeToString()
 
 
-class ContextServicer(context_pb2_grpc.ContextServiceServicer):
+class ContextServicer(ContextEdits, context_pb2_grpc.ContextServiceServicer):
     def __init__(
         self,
         *,
@@ -245,6 +252,7 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
             token=request.page_token,
             since=read.since,
             incarnation=read.incarnation,
+            last=request.last_n,
         )
         if read.fmt:
             page, (resp.messages_json, resp.system_json) = _json_page(read, st, page)
@@ -267,7 +275,11 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
         if kind is None:
             raise InvalidArgument("kind", f"unknown context kind {request.kind}")
         infos, token = await self.listing.page(
-            request.page_size, request.page_token, kind, request.include_archived
+            request.page_size,
+            request.page_token,
+            kind,
+            request.include_archived,
+            id_prefix=request.id_prefix,
         )
         return pb.ListContextsResponse(
             contexts=[info_to_pb(i) for i in infos], next_page_token=token

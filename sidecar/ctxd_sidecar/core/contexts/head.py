@@ -53,6 +53,7 @@ def head_of(
         "reshaped_at": st.reshaped_at,
         "archive": [[*s.to_list(), ts] for s, ts in archive],
         "compactions": st.compactions,
+        "cut": st.cut,
     }
 
 
@@ -90,6 +91,7 @@ def state_from_head(d: dict[str, Any], *, idem_cap: int) -> ContextState:
         reshaped_at=int(d.get("reshaped_at", d["version"])),
         archive=[(SegmentRef.from_list(a[:4]), int(a[4])) for a in d.get("archive", ())],
         compactions=list(d.get("compactions", ())),
+        cut=[[int(a), int(b)] for a, b in d.get("cut", ())],
     )
     st.refresh_blocks()
     return st

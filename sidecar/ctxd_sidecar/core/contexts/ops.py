@@ -73,7 +73,8 @@ def _append(
 ) -> None:
     """``msgs``: the turn's messages (seq/ts assigned); ``meta``: principal,
     task, model, model_window recorded with the turn; ``skills``: the loaded
-    set after the turn when its ``@skill:`` references changed it. ``built``:
+    set after the turn when its ``@skill:`` references changed it;
+    ``create``: a CreateContext (no messages, not counted as a turn). ``built``:
     the same messages as objects, when the record is applied as it is
     committed (no need to decode what was just encoded)."""
     msgs = built if built is not None else [Msg.from_dict(d) for d in rec["msgs"]]
@@ -95,7 +96,8 @@ def _append(
         _skills(state, {"refs": rec["skills"]})
     if state.created == 0:
         state.created = int(rec.get("ts", 0))
-    state.turns += 1
+    if msgs or not rec.get("create"):
+        state.turns += 1  # a creation (CreateContext: no messages) is no turn
     state.archived = False
 
 
@@ -136,6 +138,12 @@ def _skills(state: ContextState, rec: dict[str, Any]) -> None:
     state.skills = [SkillRef(str(n), str(h)) for n, h in rec.get("refs", ())]
 
 
+def _truncate(state: ContextState, rec: dict[str, Any]) -> None:
+    """``from``: the first seq removed; every live message from it on goes
+    (TruncateContext, see :mod:`.truncation`)."""
+    state.truncate_from(int(rec["from"]))
+
+
 def _deleted(state: ContextState, rec: dict[str, Any]) -> None:
     """The fence of a deletion: the incarnation ends at this version, so no
     writer anywhere can append to it any more (its version is taken)."""
@@ -148,9 +156,12 @@ PLAN = Op("plan", _plan, event="plan")
 PREFLIGHT = Op("preflight", _preflight, event="preflight", reshapes=False)
 SKILLS = Op("skills", _skills, event="skills", reshapes=False)
 DELETED = Op("deleted", _deleted, event="deleted")
+TRUNCATE = Op("truncate", _truncate, needs_messages=True, event="truncate")
 
 #: Every op a log may hold, by name.
-OPS: dict[str, Op] = {o.name: o for o in (APPEND, COMPACT, PLAN, PREFLIGHT, SKILLS, DELETED)}
+OPS: dict[str, Op] = {
+    o.name: o for o in (APPEND, COMPACT, PLAN, PREFLIGHT, SKILLS, DELETED, TRUNCATE)
+}
 
 
 def register(new: Op) -> Op:

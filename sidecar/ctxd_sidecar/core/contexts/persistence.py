@@ -231,8 +231,8 @@ class ContextStore:
                         tail_task.cancel()
                         raise
                     tail = await tail_task
-                    for run in segments:
-                        st.load_sealed(run.since(st.live_from))
+                    for ref, run in zip(st.segments, segments, strict=True):
+                        st.load_sealed(without_cut(st, ref, run.since(st.live_from)))
                 else:
                     tail = await self.read_tail(cid, st.gen, st.version)
                     if any(needs_messages(r) for r in tail):
@@ -315,6 +315,11 @@ class ContextStore:
             sealed_through = segment.last
         elif st.next_seq - 1 > sealed_through:
             sealed_through = st.next_seq - 1  # appended and folded before sealing
+        if st.cut:
+            # Truncated ranges below every segment the head names filter nothing.
+            firsts = [x.first for x in keep] + [x.first for x, _ in archive]
+            lowest = min(firsts, default=st.next_seq)
+            st.cut = [r for r in st.cut if r[1] >= lowest]
         head = encode_compact(head_of(st, keep, sealed_through, dropped, archive))
         pending_bytes = sum(m.size_bytes for m in pending)
         st.dirty = False
@@ -367,6 +372,14 @@ class ContextStore:
             )
         keys = [log_key(cid, gen, v) for v in range(1, last_version + 1)]
         return keys + [seg_key(cid, gen, s) for s in segments]
+
+
+def without_cut(st: ContextState, ref: SegmentRef, run: SealedRun | BuiltRun):
+    """``run`` without the messages truncation removed (a sealed segment
+    keeps them until its context is compacted or deleted)."""
+    if not any(a <= ref.last and ref.first <= b for a, b in st.cut):
+        return run
+    return BuiltRun([m for m in run.build() if not st.is_cut(m.seq)])
 
 
 class Cleanup:

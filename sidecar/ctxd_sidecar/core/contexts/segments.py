@@ -17,7 +17,7 @@ sliced, and only what most messages leave empty goes through JSON::
 
 ``x`` maps a message's index to the fields most messages leave empty
 (principal, tool calls, tool result name and call id, the JSON and error
-flags). A compact JSON header never holds a raw newline, so the first
+flags, a writer's native form). A compact JSON header never holds a raw newline, so the first
 newline after the marker ends it.
 
 Segments written in format 1 (a JSON document starting with ``{``) are
@@ -42,6 +42,7 @@ from ctxd_sidecar.core.contexts.model import (
     TOOL,
     USER,
     Msg,
+    Native,
     ToolCall,
 )
 from ctxd_sidecar.core.estimate import estimate_plain
@@ -105,7 +106,7 @@ def parse_segment(raw: bytes) -> SealedRun | BuiltRun:
 
 
 #: The fields most messages leave empty, named as Msg.to_dict names them.
-_RARE = ("principal", "calls", "call_id", "name", "json", "error")
+_RARE = ("principal", "calls", "call_id", "name", "json", "error", "nat")
 
 
 def _extra_of(m: Msg) -> dict[str, Any]:
@@ -222,6 +223,7 @@ class SealedRun:
                     ts,
                     -1,
                     ver,
+                    Native.from_list(x["nat"]) if "nat" in x else None,
                 )
             )
         return out

@@ -43,6 +43,8 @@ class TurnRequest:
     model_window: int = 0
     model: str = ""
     task: str = ""
+    #: CreateContext: a turn without messages that only makes the context exist.
+    create: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +103,8 @@ class Turns:
             raise InvalidArgument(
                 "model_window", f"must be between 0 (keep) and {MAX_MODEL_WINDOW} tokens"
             )
+        if req.create and not req.messages:
+            return cid
         validate.turn(
             req.messages,
             max_messages=self.config.max_turn_messages,
@@ -207,6 +211,8 @@ class Turns:
             rec["meta"] = meta
         if skills is not None:
             rec["skills"] = [[r.name, r.hash] for r in skills]
+        if req.create:
+            rec["create"] = True
         if req.idempotency_key:
             rec["idem"] = req.idempotency_key
             rec["res"] = result
