@@ -15,11 +15,11 @@ from tests.support.fake_openai import FakeOpenAI
 
 pytest.importorskip("agents")
 pytest.importorskip("langchain_openai")
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "clients", "python"))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
 
 from ctxd_client import Client  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = {
     "openai-agents": (
         os.path.join(ROOT, "examples", "openai-agents", "session_agent.py"),
