@@ -25,6 +25,7 @@ import concurrent.futures
 import enum
 import hashlib
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -59,6 +60,12 @@ class Capability(enum.StrEnum):
     #: sidecar then writes on its event loop while no other call is waiting,
     #: and queues (``ASYNC_WRITES``) or uses a worker thread otherwise.
     INLINE_WRITES = "inline_writes"
+    #: ``watch(prefix, callback)`` calls ``callback(key)`` soon after any
+    #: process sharing the backend writes or deletes a key under ``prefix``
+    #: (e.g. PostgreSQL's LISTEN/NOTIFY). A hint, not a log: ``callback(None)``
+    #: means "anything may have changed" (after a lost connection). The
+    #: sidecar then wakes watchers at once instead of polling.
+    CHANGE_FEED = "change_feed"
 
 
 #: Class flags that declared a capability before :class:`Capability` did.
@@ -178,6 +185,14 @@ class Store(abc.ABC):
         """``delete`` without blocking; only on stores declaring ASYNC_WRITES
         (the same futures as :meth:`put_async`)."""
         raise NotImplementedError(f"{self.name} does not declare ASYNC_WRITES")
+
+    def watch(
+        self, prefix: str, callback: Callable[[str | None], None]
+    ) -> Callable[[], None]:
+        """Call ``callback`` (on a thread of the store's, so it must be quick
+        and thread-safe) with each key written or deleted under ``prefix``;
+        returns a function that stops it. Requires CHANGE_FEED."""
+        raise NotImplementedError(f"{self.name} does not declare CHANGE_FEED")
 
     def flush(self) -> None:  # noqa: B027 - optional hook
         """Make every acknowledged write durable (called on shutdown)."""
