@@ -102,9 +102,9 @@ class PgServer:
         """``pg_ctl restart -m fast``: every connection is cut."""
         self._ctl("restart", "-m", "fast", "-l", os.path.join(self.data_dir, "server.log"))
 
-    def stop(self) -> None:
+    def stop(self, mode: str = "immediate") -> None:
         if self.pg_ctl:
-            self._ctl("stop", "-m", "immediate", check=False)
+            self._ctl("stop", "-m", mode, check=False)
 
     def start(self) -> None:
         self._ctl("start", "-l", os.path.join(self.data_dir, "server.log"))

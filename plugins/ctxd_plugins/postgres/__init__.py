@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from ctxd_plugins.postgres.options import OPTION_NAMES, parse
+from ctxd_plugins.postgres.options import parse
 from ctxd_sidecar.hookspecs import hookimpl
 from ctxd_sidecar.storeplugin import store_hooks
 
@@ -41,7 +41,8 @@ def open_postgres(uri: str, options: Mapping[str, str]) -> PostgresStore:
     return PostgresStore(conninfo, opts)
 
 
-_served = [store_hooks(scheme, open_postgres, options=OPTION_NAMES) for scheme in SCHEMES]
+# Unknown options are refused by the options model, naming them (options=None).
+_served = [store_hooks(scheme, open_postgres, options=None) for scheme in SCHEMES]
 
 
 @hookimpl

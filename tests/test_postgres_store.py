@@ -1,0 +1,202 @@
+"""What the postgres:// store adds beyond the conformance suite: its options
+refused in one line, the change feed waking watchers on other replicas,
+compare-and-set exact across many writers, and the database going away and
+coming back (UNAVAILABLE meanwhile, never INTERNAL; nothing acknowledged lost)."""
+
+from __future__ import annotations
+
+import json
+import queue
+import subprocess
+import sys
+import threading
+import time
+
+import grpc
+import pytest
+
+from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
+from ctxd_sidecar.api.ctxd.v1 import memory_pb2 as mpb
+from ctxd_sidecar.plugins import open_store
+from tests.test_contexts import append, full, texts, user
+
+pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -e '.[postgres]')")
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("pool_sise=3", "unknown postgres store option 'pool_sise'"),
+        ("pool_size=0", "postgres store option pool_size='0': Input should be greater than"),
+        ("statement_timeout=soon", "postgres store option statement_timeout='soon'"),
+        ("sslmode=maybe", "postgres store option sslmode='maybe'"),
+        ("table=drop%20table", "postgres store option table='drop table'"),
+    ],
+)
+def test_bad_options_stop_serve_with_one_line(query, message):
+    # Refused before any connection: nothing listens on port 9.
+    uri = f"postgresql://nobody@127.0.0.1:9/db?{query}"
+    with pytest.raises(ValueError) as err:
+        open_store(uri)
+    assert str(err.value).startswith(message)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ctxd_sidecar", "serve", "--listen", "127.0.0.1:0", "--store", uri],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+
+
+def test_a_watcher_is_woken_by_the_change_feed_not_the_poll(spawn_sidecar, pg_uri):
+    """B polls once a minute; the turns A commits still reach B's watcher,
+    which only the change notification can do within the test's wait."""
+    a = spawn_sidecar("--store", pg_uri).running()
+    b = spawn_sidecar("--store", pg_uri, "--set", "contexts.watch_poll_interval=60").running()
+    append(a.contexts, "conv", user("hello"))
+    events: queue.Queue = queue.Queue()
+    call = b.contexts.WatchContext(pb.WatchContextRequest(context_id="conv"))
+
+    def read() -> None:
+        try:
+            for ev in call:
+                events.put(ev.version)
+        except grpc.RpcError:
+            pass
+
+    threading.Thread(target=read, daemon=True).start()
+    # The watch is live once B has seen one change (its own first read is
+    # at once); A's next turns must then arrive well inside B's poll.
+    append(a.contexts, "conv", user("one"))
+    assert events.get(timeout=30) == 2
+    for i in range(3):
+        append(a.contexts, "conv", user(f"turn {i}"))
+        assert events.get(timeout=30) == 3 + i
+    call.cancel()
+
+
+def test_memory_counter_is_exact_with_many_writers_on_three_replicas(spawn_sidecar, pg_uri):
+    replicas = [spawn_sidecar("--store", pg_uri).running() for _ in range(3)]
+    replicas[0].memory.Set(mpb.SetRequest(key="counter", value_json="0"), timeout=30)
+    per_writer, errors = 10, []
+
+    def increment(r) -> None:
+        done = 0
+        try:
+            while done < per_writer:
+                rec = r.memory.Get(mpb.GetRequest(key="counter"), timeout=30).record
+                try:
+                    r.memory.Set(
+                        mpb.SetRequest(
+                            key="counter",
+                            value_json=json.dumps(json.loads(rec.value_json) + 1),
+                            expected_version=rec.version,
+                        ),
+                        timeout=30,
+                    )
+                    done += 1
+                except grpc.RpcError as exc:
+                    if exc.code() != grpc.StatusCode.ABORTED:
+                        raise
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=increment, args=(r,)) for r in replicas for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(240)
+    assert not errors, errors
+    final = replicas[2].memory.Get(mpb.GetRequest(key="counter"), timeout=30).record
+    assert json.loads(final.value_json) == per_writer * len(threads)
+
+
+def _code(fn) -> grpc.StatusCode:
+    try:
+        fn()
+    except grpc.RpcError as exc:
+        return exc.code()
+    return grpc.StatusCode.OK
+
+
+def test_calls_answer_unavailable_while_the_database_is_down(spawn_sidecar, pg_server):
+    if not pg_server.pg_ctl:
+        pytest.skip("the server named by CTXD_TEST_PG_DSN cannot be stopped by the suite")
+    uri = pg_server.fresh_store_uri(connect_timeout=1, statement_timeout=2)
+    sc = spawn_sidecar("--store", uri).running()
+    append(sc.contexts, "conv", user("before"))
+    pg_server.stop("fast")
+    try:
+        turn = pb.AppendTurnRequest(
+            context_id="conv", messages=[user("while down")], idempotency_key="down-1"
+        )
+        assert _code(lambda: sc.contexts.AppendTurn(turn, timeout=30)) == (
+            grpc.StatusCode.UNAVAILABLE
+        )
+        fresh = pb.GetContextRequest(context_id="never-seen", view=pb.CONTEXT_VIEW_INFO)
+        assert _code(lambda: sc.contexts.GetContext(fresh, timeout=30)) == (
+            grpc.StatusCode.UNAVAILABLE
+        )
+        get = mpb.GetRequest(key="k")
+        assert _code(lambda: sc.memory.Get(get, timeout=30)) == grpc.StatusCode.UNAVAILABLE
+    finally:
+        pg_server.start()
+    # Back: the retried turn (same idempotency key) lands once.
+    deadline = time.monotonic() + 60
+    while _code(lambda: sc.contexts.AppendTurn(turn, timeout=30)) != grpc.StatusCode.OK:
+        assert time.monotonic() < deadline, "the sidecar did not recover"
+        time.sleep(0.2)
+    sc.contexts.AppendTurn(turn, timeout=30)
+    assert texts(full(sc.contexts, "conv")) == ["before", "while down"]
+
+
+@pytest.mark.slow
+def test_a_database_restart_mid_load_loses_no_acknowledged_write(spawn_sidecar, pg_server):
+    if not pg_server.pg_ctl:
+        pytest.skip("the server named by CTXD_TEST_PG_DSN cannot be restarted by the suite")
+    uri = pg_server.fresh_store_uri(connect_timeout=1, statement_timeout=5)
+    replicas = [spawn_sidecar("--store", uri).running() for _ in range(2)]
+    acked: dict[str, list[str]] = {}
+    codes: list[grpc.StatusCode] = []
+    stop = threading.Event()
+
+    def writer(r, name: str) -> None:
+        acked[name] = []
+        n = 0
+        while not stop.is_set():
+            text = f"{name}-{n}"
+            req = pb.AppendTurnRequest(
+                context_id=name, messages=[user(text)], idempotency_key=text
+            )
+            try:
+                r.contexts.AppendTurn(req, timeout=30)
+                acked[name].append(text)
+                n += 1
+            except grpc.RpcError as exc:
+                codes.append(exc.code())
+                time.sleep(0.05)  # retried with the same key
+
+    threads = [
+        threading.Thread(target=writer, args=(r, f"w{i}-{j}"))
+        for i, r in enumerate(replicas)
+        for j in range(2)
+    ]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)
+    pg_server.restart()
+    # Load continues until every writer has been acknowledged again.
+    after = {name: len(done) for name, done in acked.items()}
+    deadline = time.monotonic() + 90
+    while any(len(acked[n]) < after[n] + 3 for n in after) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    stop.set()
+    for t in threads:
+        t.join(60)
+    assert all(len(acked[n]) >= after[n] + 3 for n in after), "writers did not recover"
+    assert set(codes) <= {grpc.StatusCode.UNAVAILABLE}, codes
+    for i, r in enumerate(replicas):
+        for name, done in acked.items():
+            assert texts(full(r.contexts, name)) == done, (i, name)
