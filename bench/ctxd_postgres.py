@@ -122,9 +122,10 @@ def _turns(ctx: Context, uri: str, conn, stmts) -> Iterator[Result]:
 
     marks = ctx.pick(full=(10, 10_000), quick=(10, 1_000))
     n = ctx.pick(full=200, quick=20)
-    with spawn(sidecar_cmd(uri)) as (_, port), spawn(
-        python_module_cmd("bench.echo_server", "--watch-stdin")
-    ) as (_, echo_port):
+    with (
+        spawn(sidecar_cmd(uri)) as (_, port),
+        spawn(python_module_cmd("bench.echo_server", "--watch-stdin")) as (_, echo_port),
+    ):
         channel = open_channel(port)
         echo_channel = grpc.insecure_channel(f"127.0.0.1:{int(echo_port)}")
         try:

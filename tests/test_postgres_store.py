@@ -167,9 +167,7 @@ def test_a_database_restart_mid_load_loses_no_acknowledged_write(spawn_sidecar, 
         n = 0
         while not stop.is_set():
             text = f"{name}-{n}"
-            req = pb.AppendTurnRequest(
-                context_id=name, messages=[user(text)], idempotency_key=text
-            )
+            req = pb.AppendTurnRequest(context_id=name, messages=[user(text)], idempotency_key=text)
             try:
                 r.contexts.AppendTurn(req, timeout=30)
                 acked[name].append(text)

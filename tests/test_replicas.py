@@ -1,6 +1,6 @@
-"""Two sidecar processes on one S3 bucket (or one PostgreSQL database): interleaved writes to the same
-context and the same memory key lose nothing, and the result equals a serial
-history."""
+"""Two sidecar processes on one S3 bucket (or one PostgreSQL database):
+interleaved writes to the same context and the same memory key lose nothing,
+and the result equals a serial history."""
 
 from __future__ import annotations
 

@@ -186,9 +186,7 @@ class Store(abc.ABC):
         (the same futures as :meth:`put_async`)."""
         raise NotImplementedError(f"{self.name} does not declare ASYNC_WRITES")
 
-    def watch(
-        self, prefix: str, callback: Callable[[str | None], None]
-    ) -> Callable[[], None]:
+    def watch(self, prefix: str, callback: Callable[[str | None], None]) -> Callable[[], None]:
         """Call ``callback`` (on a thread of the store's, so it must be quick
         and thread-safe) with each key written or deleted under ``prefix``;
         returns a function that stops it. Requires CHANGE_FEED."""

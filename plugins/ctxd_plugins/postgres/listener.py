@@ -57,7 +57,11 @@ class Listener:
 
     def _dispatch(self, key: str | None) -> None:
         with self._lock:
-            targets = [cb for prefix, cb in self._watchers.values() if key is None or key.startswith(prefix)]
+            targets = [
+                cb
+                for prefix, cb in self._watchers.values()
+                if key is None or key.startswith(prefix)
+            ]
         for callback in targets:
             try:
                 callback(key)

@@ -35,9 +35,9 @@ class PostgresOptions(BaseModel):
     schema_name: str = Field("public", alias="schema", pattern=_IDENTIFIER)
     table: str = Field("ctxd_kv", pattern=_IDENTIFIER)
     #: libpq's TLS mode.
-    sslmode: (
-        Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] | None
-    ) = None
+    sslmode: Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] | None = (
+        None
+    )
     #: Send a change notification (NOTIFY) with every write, so replicas'
     #: watchers wake at once instead of polling.
     notify: bool = True

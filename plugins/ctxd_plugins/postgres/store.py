@@ -51,9 +51,12 @@ class PostgresStore(Store):
         self._sql = schema.statements(options.schema_name, options.table)
         suffix = "+notify" if options.notify else ""
         self._write_sql = {name: self._sql[name + suffix] for name in _WRITES}
-        self.channel = "ctxd_" + hashlib.blake2b(
-            f"{options.schema_name}.{options.table}".encode(), digest_size=8
-        ).hexdigest()
+        self.channel = (
+            "ctxd_"
+            + hashlib.blake2b(
+                f"{options.schema_name}.{options.table}".encode(), digest_size=8
+            ).hexdigest()
+        )
         caps = {Capability.LIST, Capability.DELETE, Capability.CONDITIONAL_PUT, Capability.SHARED}
         if options.notify:
             caps.add(Capability.CHANGE_FEED)
@@ -161,9 +164,9 @@ class PostgresStore(Store):
         except ConnectionLost:
             # Lost before the answer: gone now means gone by this delete
             # (or by another one of the same version).
-            deleted = bool(self._run("delete_if", params)) or self._current_version(
-                params["key"]
-            ) is None
+            deleted = (
+                bool(self._run("delete_if", params)) or self._current_version(params["key"]) is None
+            )
         if not deleted:
             raise PreconditionFailed("version does not match")
 
@@ -201,6 +204,7 @@ class PostgresStore(Store):
 
 
 _WRITES = ("put", "create", "replace", "delete", "delete_if")
+
 
 class ConnectionLost(StoreUnavailable):
     """The connection broke with the statement possibly sent: a write is

@@ -24,9 +24,7 @@ FEED_POLL_S = 5.0
 #: Prefixes nobody waited on for this long are forgotten.
 _FORGET_AFTER_S = 60.0
 
-_feeds: weakref.WeakKeyDictionary[Storage, asyncio.Future[ChangeFeed]] = (
-    weakref.WeakKeyDictionary()
-)
+_feeds: weakref.WeakKeyDictionary[Storage, asyncio.Future[ChangeFeed]] = weakref.WeakKeyDictionary()
 
 
 class ChangeFeed:
