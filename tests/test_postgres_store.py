@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import grpc
 import pytest
@@ -277,3 +278,66 @@ def test_a_conditional_write_whose_reply_is_lost_is_recognised_as_its_own(pg_ser
         store.close()
         direct.close()
         proxy.close()
+
+
+@pytest.fixture
+def small_tablespace(pg_server):
+    """A 4 MiB tmpfs as a tablespace (needs root to mount; the server's user
+    owns it): the database runs out of disk there, and nowhere else."""
+    import os
+    import shutil
+
+    import psycopg
+
+    if not pg_server.pg_ctl or os.geteuid() != 0:
+        pytest.skip("needs root (to mount a small tmpfs) and the suite's own server")
+    # Beside the server's data directory: its user can reach it there.
+    where = Path(pg_server.data_dir).parent / f"small-{os.getpid()}-{time.monotonic_ns()}"
+    where.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4M", "tmpfs", str(where)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    if pg_server.run_as:
+        shutil.chown(where, pg_server.run_as)
+    name = where.name.replace("-", "_")
+    admin = psycopg.connect(pg_server.dsn(), autocommit=True)
+    admin.execute(f"CREATE TABLESPACE {name} LOCATION '{where}'")
+    try:
+        yield name
+    finally:
+        admin.close()
+        subprocess.run(["umount", "-l", str(where)], check=False)
+        with contextlib.suppress(OSError):
+            where.rmdir()
+
+
+def test_a_full_disk_answers_resource_exhausted_and_keeps_what_was_acknowledged(
+    spawn_sidecar, pg_server, small_tablespace
+):
+    import os
+
+    import psycopg
+
+    uri = pg_server.fresh_store_uri(statement_timeout=5)
+    store = open_store(uri)  # creates the table; then it moves to the small disk
+    schema_name = uri.split("schema=")[1].split("&")[0]
+    with psycopg.connect(uri.split("?")[0].replace("postgres://", "postgresql://")) as conn:
+        conn.execute(f"ALTER TABLE {schema_name}.ctxd_kv SET TABLESPACE {small_tablespace}")
+        conn.commit()
+    store.close()
+    sc = spawn_sidecar("--store", uri).running()
+    kept, code = {}, grpc.StatusCode.OK
+    for i in range(400):
+        value = json.dumps(os.urandom(30_000).hex())
+        try:
+            sc.memory.Set(mpb.SetRequest(key=f"big/{i}", value_json=value), timeout=30)
+            kept[f"big/{i}"] = value
+        except grpc.RpcError as exc:
+            code = exc.code()
+            break
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, code
+    assert kept, "the disk was full before anything was written"
+    for key, value in kept.items():
+        assert sc.memory.Get(mpb.GetRequest(key=key), timeout=30).record.value_json == value
