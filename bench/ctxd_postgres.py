@@ -120,8 +120,8 @@ def _turns(ctx: Context, uri: str, conn, stmts) -> Iterator[Result]:
     from bench.echo_server import METHOD
     from ctxd_sidecar.api.ctxd.v1 import context_pb2_grpc
 
-    marks = ctx.pick(full=(10, 10_000), quick=(10, 1_000))
-    n = ctx.pick(full=200, quick=20)
+    marks = ctx.pick(full=(10, 10_000), quick=(10, 100))
+    n = ctx.pick(full=200, quick=10)
     with (
         spawn(sidecar_cmd(uri)) as (_, port),
         spawn(python_module_cmd("bench.echo_server", "--watch-stdin")) as (_, echo_port),
@@ -201,7 +201,7 @@ def _watch(ctx: Context, uri: str) -> Iterator[Result]:
 
     from ctxd_sidecar.api.ctxd.v1 import context_pb2_grpc
 
-    n = ctx.pick(full=100, quick=10)
+    n = ctx.pick(full=100, quick=5)
     cmd = sidecar_cmd(uri)
     with spawn(cmd) as (_, port_a), spawn(cmd) as (_, port_b):
         channels = [open_channel(port_a), open_channel(port_b)]
@@ -217,7 +217,7 @@ def _watch(ctx: Context, uri: str) -> Iterator[Result]:
                         arrived.put((ev.version, time.perf_counter_ns()))
 
             threading.Thread(target=read, daemon=True).start()
-            time.sleep(1.0)  # the watch and its LISTEN are set up
+            time.sleep(ctx.pick(full=1.0, quick=0.3))  # the watch and its LISTEN are set up
             samples: list[int] = []
             for _ in range(n + 3):
                 t0 = time.perf_counter_ns()

@@ -70,13 +70,23 @@ def test_a_watcher_is_woken_by_the_change_feed_not_the_poll(spawn_sidecar, pg_ur
             pass
 
     threading.Thread(target=read, daemon=True).start()
-    # The watch is live once B has seen one change (its own first read is
-    # at once); A's next turns must then arrive well inside B's poll.
-    append(a.contexts, "conv", user("one"))
-    assert events.get(timeout=30) == 2
-    for i in range(3):
-        append(a.contexts, "conv", user(f"turn {i}"))
-        assert events.get(timeout=30) == 3 + i
+    # The watch is live once B delivered a change (a turn made before B
+    # subscribed is in the state it subscribes at, so keep making turns).
+    live = None
+    for i in range(20):
+        version = append(a.contexts, "conv", user(f"until live {i}")).version
+        with contextlib.suppress(queue.Empty):
+            live = events.get(timeout=3)
+            break
+    assert live is not None, "the watch never delivered a turn"
+    # From here on each of A's turns must arrive well inside B's 60 s poll
+    # (older events still queued are passed over).
+    for _ in range(3):
+        version = append(a.contexts, "conv", user("next")).version
+        got = events.get(timeout=30)
+        while got < version:
+            got = events.get(timeout=30)
+        assert got == version
     call.cancel()
 
 
@@ -307,6 +317,11 @@ def small_tablespace(pg_server):
     try:
         yield name
     finally:
+        # Emptied by the test; dropped before the disk goes, so no later
+        # checkpoint looks for its files.
+        with contextlib.suppress(psycopg.Error):
+            admin.execute(f"DROP TABLESPACE {name}")
+            admin.execute("CHECKPOINT")
         admin.close()
         subprocess.run(["umount", "-l", str(where)], check=False)
         with contextlib.suppress(OSError):
@@ -323,9 +338,9 @@ def test_a_full_disk_answers_resource_exhausted_and_keeps_what_was_acknowledged(
     uri = pg_server.fresh_store_uri(statement_timeout=5)
     store = open_store(uri)  # creates the table; then it moves to the small disk
     schema_name = uri.split("schema=")[1].split("&")[0]
-    with psycopg.connect(uri.split("?")[0].replace("postgres://", "postgresql://")) as conn:
+    database = uri.split("?")[0].replace("postgres://", "postgresql://")
+    with psycopg.connect(database, autocommit=True) as conn:
         conn.execute(f"ALTER TABLE {schema_name}.ctxd_kv SET TABLESPACE {small_tablespace}")
-        conn.commit()
     store.close()
     sc = spawn_sidecar("--store", uri).running()
     kept, code = {}, grpc.StatusCode.OK
@@ -337,7 +352,12 @@ def test_a_full_disk_answers_resource_exhausted_and_keeps_what_was_acknowledged(
         except grpc.RpcError as exc:
             code = exc.code()
             break
-    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, code
-    assert kept, "the disk was full before anything was written"
-    for key, value in kept.items():
-        assert sc.memory.Get(mpb.GetRequest(key=key), timeout=30).record.value_json == value
+    try:
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, code
+        assert kept, "the disk was full before anything was written"
+        for key, value in kept.items():
+            assert sc.memory.Get(mpb.GetRequest(key=key), timeout=30).record.value_json == value
+    finally:
+        sc.stop()  # then the table leaves the small disk with its schema
+        with psycopg.connect(database, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema_name} CASCADE")
