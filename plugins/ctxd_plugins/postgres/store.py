@@ -64,6 +64,13 @@ class PostgresStore(Store):
         self.conn_kwargs: dict[str, Any] = {
             "connect_timeout": max(1, round(options.connect_timeout)),
             "options": f"-c statement_timeout={int(options.statement_timeout * 1000)}",
+            # A server that vanishes without closing the connection (a
+            # failover, a partition) is noticed in seconds, not TCP's hours.
+            "keepalives": 1,
+            "keepalives_idle": 5,
+            "keepalives_interval": 2,
+            "keepalives_count": 3,
+            "tcp_user_timeout": int((options.statement_timeout + options.connect_timeout) * 1000),
         }
         if options.sslmode:
             self.conn_kwargs["sslmode"] = options.sslmode
