@@ -78,7 +78,8 @@ class PgServer:
         if not self._shared_db:
             self._shared_db = self.create_database()
         query = {"schema": f"t_{uuid.uuid4().hex[:16]}", "pool_size": 4, **options}
-        return self._shared_db + "?" + "&".join(f"{k}={v}" for k, v in query.items())
+        joiner = "&" if "?" in self._shared_db else "?"
+        return self._shared_db + joiner + "&".join(f"{k}={v}" for k, v in query.items())
 
     def create_database(self) -> str:
         """A fresh, empty database; its DSN."""
