@@ -58,9 +58,10 @@ def _bare(uri: str):
     import psycopg
 
     from ctxd_plugins.postgres import schema
-    from ctxd_plugins.postgres.options import parse
+    from ctxd_plugins.postgres.options import PostgresOptions, conninfo_of
 
-    conninfo, opts = parse(uri, dict(p.split("=", 1) for p in uri.split("?", 1)[1].split("&")))
+    query = dict(p.split("=", 1) for p in uri.split("?", 1)[1].split("&"))
+    conninfo, opts = conninfo_of(uri), PostgresOptions.model_validate(query)
     conn = psycopg.connect(conninfo, autocommit=True)
     schema.ensure(conn, opts.schema_name, "bench_floor")
     return conn, schema.statements(opts.schema_name, "bench_floor")

@@ -1,6 +1,6 @@
 """A real MCP memory server (stdio or streamable HTTP) for the override tests.
 
-Implements the tool contract documented in :mod:`ctxd_sidecar.core.memory_mcp`
+Implements the tool contract documented in :mod:`ctxd_sidecar.core.memory.mcp`
 with the ``mcp`` SDK and keeps its records in a JSON file, so a test can
 see that values went to this server and not to ctxd's store::
 

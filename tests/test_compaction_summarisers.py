@@ -15,6 +15,7 @@ from ctxd_plugins.extractive_summariser import ExtractiveSummariser, extract
 from ctxd_plugins.openai_summariser import OpenAIConfig, OpenAISummariser
 from ctxd_sidecar import config as config_mod
 from ctxd_sidecar import plugins as plugins_mod
+from ctxd_sidecar.config.loader import load_config
 from ctxd_sidecar.core import errors
 from ctxd_sidecar.core.compaction import (
     MalformedAnswer,
@@ -354,7 +355,7 @@ def test_plugins_offer_extractive_and_openai_when_configured():
     cfg = config_mod.Config()
     found = plugins_mod.summarisers(cfg)
     assert list(found) == ["extractive"]
-    cfg = config_mod.load(
+    cfg = load_config(
         env={},
         overrides={
             "summariser.openai.base_url": "http://127.0.0.1:8000/v1",
@@ -411,18 +412,18 @@ def test_compaction_config_from_file_and_environment(tmp_path):
         '[compaction]\nsummariser = "openai"\nlist_cap = 16\n'
         '[summariser.openai]\nbase_url = "http://127.0.0.1:11434/v1"\nmodel = "qwen2.5"\n'
     )
-    cfg = config_mod.load(
+    cfg = load_config(
         config_file=str(path), env={"CTXD_SUMMARISER_OPENAI_WINDOW": "8192"}, overrides={}
     )
     assert cfg.compaction.summariser == "openai" and cfg.compaction.list_cap == 16
     assert cfg.table("summariser.openai", OpenAIConfig).window == 8192
     assert cfg.warnings == ()
     with pytest.raises(ValueError, match="summariser.openai.base_url"):
-        config_mod.load(env={"CTXD_COMPACTION_SUMMARISER": "openai"})
+        load_config(env={"CTXD_COMPACTION_SUMMARISER": "openai"})
     with pytest.raises(ValueError, match="summariser.openai.response_format"):
-        config_mod.load(env={"CTXD_SUMMARISER_OPENAI_RESPONSE_FORMAT": "xml"})
+        load_config(env={"CTXD_SUMMARISER_OPENAI_RESPONSE_FORMAT": "xml"})
     with pytest.raises(ValueError, match="list_cap"):
-        config_mod.load(env={"CTXD_COMPACTION_LIST_CAP": "0"})
+        load_config(env={"CTXD_COMPACTION_LIST_CAP": "0"})
 
 
 def test_fake_server_records_json_bodies(fake):

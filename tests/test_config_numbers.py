@@ -14,9 +14,9 @@ import sys
 
 import pytest
 
-from ctxd_sidecar import config as config_mod
-from ctxd_sidecar import config_loader
 from ctxd_sidecar.config import MAX_SECONDS, ConfigError
+from ctxd_sidecar.config import loader as config_loader
+from ctxd_sidecar.config.loader import load_config
 from ctxd_sidecar.plugins import plugin_manager
 
 
@@ -37,7 +37,7 @@ INTS = _numeric_settings(int)
 
 def _error(overrides: dict[str, object]) -> str:
     with pytest.raises(ConfigError) as err:
-        config_mod.load(env={}, overrides=overrides)
+        load_config(env={}, overrides=overrides)
     return str(err.value)
 
 
@@ -83,7 +83,7 @@ def test_a_bad_number_names_the_setting_and_the_rule(overrides, message):
 
 
 def test_zero_still_switches_off_what_it_documents():
-    cfg = config_mod.load(
+    cfg = load_config(
         env={},
         overrides={
             "grace_seconds": "0",
@@ -100,7 +100,7 @@ def test_a_toml_infinity_is_refused_like_a_flag(tmp_path):
     path = tmp_path / "ctxd.toml"
     path.write_text("[compaction]\narchive_ttl = inf\n")
     with pytest.raises(ConfigError) as err:
-        config_mod.load(config_file=str(path), env={})
+        load_config(config_file=str(path), env={})
     assert str(err.value) == f"compaction.archive_ttl must be a finite number (in {path})"
 
 

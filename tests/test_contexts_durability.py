@@ -210,8 +210,11 @@ def test_delete_leaves_no_keys_behind(start_sidecar, store_uri_for, backend):
     keys = run(r, svc.storage.list(""))
     left = [k for k in keys if "doomed" in k]
     if svc.storage.shared and time.monotonic() - deleted_at < hold:
-        # Replicas share the store: the fence and its trash record are held a while.
-        assert sorted(k.split("/")[0] for k in left) == ["context-log", "context-trash"], left
+        # Replicas share the store: every version of the deleted incarnation
+        # stays taken (the fence is v21) and its trash record waits, a while.
+        logs = sorted(int(k.rsplit("/", 1)[1]) for k in left if k.startswith("context-log/"))
+        assert logs == list(range(1, 22)), left
+        assert [k for k in left if k.startswith("context-trash/")], left
     deadline = time.monotonic() + hold + 30
     while left and time.monotonic() < deadline:
         time.sleep(0.2)

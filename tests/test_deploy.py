@@ -11,7 +11,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from ctxd_sidecar import config
+from ctxd_sidecar.config.loader import load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 KUBE = ROOT / "deploy" / "kubernetes"
@@ -86,7 +86,7 @@ def test_overlay_runs_ctxd_as_a_native_sidecar_with_grpc_probes(overlay):
         (ctxd,) = [c for c in spec["initContainers"] if c["name"] == "ctxd"]
         assert ctxd["restartPolicy"] == "Always"
         env = {e["name"]: e["value"] for e in ctxd["env"] if "value" in e}
-        cfg = config.load(env=env)  # the manifest's settings are valid ctxd config
+        cfg = load_config(env=env)  # the manifest's settings are valid ctxd config
         assert cfg.store.startswith(overlay.name)
         port = int(cfg.listen.rsplit(":", 1)[1])
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):

@@ -10,6 +10,7 @@ import pytest
 
 from ctxd_sidecar import config as config_mod
 from ctxd_sidecar.api.ctxd.v1 import memory_pb2 as mpb
+from ctxd_sidecar.config.loader import load_config
 from ctxd_sidecar.core.contexts import persistence
 from ctxd_sidecar.core.memory import NAMESPACE as MEMORY
 
@@ -34,7 +35,7 @@ TRICKY = [
 @pytest.mark.parametrize(("prefix", "instance"), TRICKY)
 def test_namespaces_that_could_nest_are_refused(prefix, instance):
     with pytest.raises(ValueError) as err:
-        config_mod.load(env={}, overrides={"prefix": prefix, "instance": instance})
+        load_config(env={}, overrides={"prefix": prefix, "instance": instance})
     assert "prefix" in str(err.value) or "instance" in str(err.value)
 
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from ctxd_sidecar import config as config_mod
 from ctxd_sidecar.config import PlanConfig
+from ctxd_sidecar.config.loader import load_config
 from ctxd_sidecar.core.errors import FailedPrecondition, InvalidArgument, LimitExceeded, NotFound
 from ctxd_sidecar.core.plan import (
     TRANSITIONS,
@@ -281,9 +281,9 @@ def test_preflight_size_cap():
 
 
 def test_plan_config_from_settings():
-    cfg = config_mod.load(env={}, overrides={"plan.max_items": "3"})
+    cfg = load_config(env={}, overrides={"plan.max_items": "3"})
     planner = Planner(cfg.plan)
     with pytest.raises(LimitExceeded):
         planner.create("g", ["a"] * 4)
     with pytest.raises(ValueError, match="plan.max_items"):
-        config_mod.load(env={}, overrides={"plan.max_items": "0"})
+        load_config(env={}, overrides={"plan.max_items": "0"})

@@ -123,7 +123,10 @@ def test_without_the_package_its_scheme_is_unknown():
     "uri, needle",
     [
         ("dir://", "needs a path"),
-        ("dir:///srv/ctxd?lockng=false", "unknown option(s) lockng"),
+        (
+            "dir:///srv/ctxd?lockng=false",
+            "unknown dir store option 'lockng' (known options: locking)",
+        ),
         ("dir:///srv/ctxd?locking=maybe", "must be true or false"),
     ],
 )

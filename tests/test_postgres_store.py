@@ -30,15 +30,18 @@ pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -e 
     ("query", "message"),
     [
         ("pool_sise=3", "unknown postgres store option 'pool_sise'"),
-        ("pool_size=0", "postgres store option pool_size='0': Input should be greater than"),
-        ("statement_timeout=soon", "postgres store option statement_timeout='soon'"),
-        ("sslmode=maybe", "postgres store option sslmode='maybe'"),
+        ("pool_size=0", "postgres store option pool_size must be >= 1"),
+        (
+            "statement_timeout=soon",
+            "postgres store option statement_timeout='soon' must be a number",
+        ),
+        ("sslmode=maybe", "postgres store option sslmode='maybe' must be 'disable'"),
         ("table=drop%20table", "postgres store option table='drop table'"),
     ],
 )
 def test_bad_options_stop_serve_with_one_line(query, message):
     # Refused before any connection: nothing listens on port 9.
-    uri = f"postgresql://nobody@127.0.0.1:9/db?{query}"
+    uri = f"postgres://nobody@127.0.0.1:9/db?{query}"
     with pytest.raises(ValueError) as err:
         open_store(uri)
     assert str(err.value).startswith(message)

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from ctxd_sidecar import config as config_mod
 from ctxd_sidecar.config import PromptConfig, SkillsConfig
+from ctxd_sidecar.config.loader import load_config
 from ctxd_sidecar.core.plan import Binding, BindingKind, Planner, RunOutcome
-from ctxd_sidecar.core.prompt import PromptAssembler, Template, builtin_template
+from ctxd_sidecar.core.prompt.assemble import PromptAssembler, Template, builtin_template
 from ctxd_sidecar.core.skills import SkillCatalogue
 from tests.mcp_skills_server import command_line, write_skill
 
@@ -96,9 +96,9 @@ def test_bad_template_file_fails_config(tmp_path):
     bad = tmp_path / "bad.md"
     bad.write_text("{{nope}}")
     with pytest.raises(ValueError, match="prompt.template_file: unknown placeholder"):
-        config_mod.load(env={}, overrides={"prompt.template_file": str(bad)})
+        load_config(env={}, overrides={"prompt.template_file": str(bad)})
     with pytest.raises(ValueError, match="cannot read"):
-        config_mod.load(env={}, overrides={"prompt.template_file": str(tmp_path / "missing.md")})
+        load_config(env={}, overrides={"prompt.template_file": str(tmp_path / "missing.md")})
 
 
 async def test_sections_and_empty_blocks(tmp_path):

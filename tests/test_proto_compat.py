@@ -105,7 +105,6 @@ def test_server_and_client_generated_code_describe_the_same_api():
         sys.path.insert(0, str(ROOT / "clients" / "python"))
     from ctxd_client._api.ctxd.v1 import context_pb2 as client_ctx
     from ctxd_client._api.ctxd.v1 import memory_pb2 as client_mem
-
     from ctxd_sidecar.api.ctxd.v1 import context_pb2, memory_pb2
 
     assert client_ctx.DESCRIPTOR.serialized_pb == context_pb2.DESCRIPTOR.serialized_pb
@@ -114,7 +113,10 @@ def test_server_and_client_generated_code_describe_the_same_api():
 
 @pytest.mark.parametrize(
     ("source", "inside"),
-    [(ROOT, "sidecar/ctxd_sidecar/api/ctxd/v1"), (ROOT / "clients" / "python", "ctxd_client/_api/ctxd/v1")],
+    [
+        (ROOT, "sidecar/ctxd_sidecar/api/ctxd/v1"),
+        (ROOT / "clients" / "python", "ctxd_client/_api/ctxd/v1"),
+    ],
     ids=["server", "python-client"],
 )
 def test_wheels_ship_the_protos(source, inside, tmp_path):

@@ -20,7 +20,6 @@ if str(PACKAGE) not in sys.path:  # the suite's venv holds the server only: impo
 
 import ctxd_client  # noqa: E402
 from ctxd_client import Client  # noqa: E402
-
 from tests.test_security import TOKEN, pki  # noqa: E402, F401 - fixture
 
 SERVER_ONLY = {"boto3", "openai", "mcp", "lmdb", "ctxd", "ctxd-sidecar", "pydantic", "anthropic"}

@@ -21,7 +21,12 @@ from ctxd_sidecar.core.contexts.model import (
     ToolCall,
 )
 from ctxd_sidecar.core.contexts.persistence import ContextStore, Damaged, seg_key
-from ctxd_sidecar.core.contexts.segments import MAGIC, SegmentDamaged, decode_segment, encode_segment
+from ctxd_sidecar.core.contexts.segments import (
+    MAGIC,
+    SegmentDamaged,
+    decode_segment,
+    encode_segment,
+)
 from ctxd_sidecar.core.storage import Storage
 
 
@@ -90,8 +95,9 @@ def test_damaged_bytes_are_refused(damage) -> None:
 
 
 async def checkpointed(fmt: str = "columns") -> tuple[ContextStore, ContextState, list[Msg]]:
-    """A context with the sample messages sealed in one segment."""
-    store = ContextStore(Storage(MemoryStore()), idem_cap=16, segment_format=fmt)
+    """A context with the sample messages sealed in one segment (rewritten
+    in the first format, as an earlier build stored it, with ``fmt="json"``)."""
+    store = ContextStore(Storage(MemoryStore()), idem_cap=16)
     st = ContextState(id="c", kind=CONVERSATION, gen="g1")
     await store.create_head(st)
     msgs = sample_messages()
@@ -101,6 +107,9 @@ async def checkpointed(fmt: str = "columns") -> tuple[ContextStore, ContextState
     st.version = msgs[-1].ver
     await store.checkpoint(st)
     assert len(st.segments) == 1
+    if fmt == "json":
+        key = seg_key(st.id, st.gen, st.segments[0])
+        await store.storage.put(key, format_1(st.id, st.gen, msgs))
     return store, st, msgs
 
 
@@ -163,21 +172,9 @@ async def test_a_damaged_segment_makes_the_restore_unavailable() -> None:
         await store.restore("c")
 
 
-async def test_segment_format_json_writes_what_the_first_release_reads() -> None:
-    # A fleet being upgraded on one bucket writes the format its older replicas read.
-    store, st, msgs = await checkpointed("json")
-    raw = await store.storage.get_value(seg_key(st.id, st.gen, st.segments[0]))
-    assert raw == format_1(st.id, st.gen, msgs)
-    back = await store.restore("c")
-    assert [fields(m) for m in back.messages] == [fields(m) for m in msgs]
-
-
-def test_segment_format_is_a_setting_with_two_values() -> None:
-    from ctxd_sidecar import config
+def test_segments_are_written_in_one_format() -> None:
     from ctxd_sidecar.config import ConfigError
+    from ctxd_sidecar.config.loader import load_config
 
-    assert config.load(env={}).contexts.segment_format == "columns"
-    cfg = config.load(env={"CTXD_CONTEXTS_SEGMENT_FORMAT": "json"})
-    assert cfg.contexts.segment_format == "json"
     with pytest.raises(ConfigError, match="segment_format"):
-        config.load(env={}, overrides={"contexts.segment_format": "xml"})
+        load_config(env={}, overrides={"contexts.segment_format": "json"})

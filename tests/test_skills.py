@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ctxd_sidecar import config as config_mod
 from ctxd_sidecar.config import SkillsConfig
+from ctxd_sidecar.config.loader import load_config
 from ctxd_sidecar.core.errors import LimitExceeded, NotFound, Unavailable
 from ctxd_sidecar.core.skills import (
     SkillCatalogue,
@@ -134,7 +134,7 @@ def test_refs_round_trip():
 
 
 def test_server_list_config():
-    cfg = config_mod.load(
+    cfg = load_config(
         env={"CTXD_SKILLS_SERVERS": "docs=https://mcp.example/mcp; local = skills-srv --dir '/a b'"}
     )
     specs = cfg.skills.server_specs()
@@ -144,7 +144,7 @@ def test_server_list_config():
     ]
     for bad in ("nameonly", "a=x;a=y", "bad name=x", "q=cmd 'unclosed"):
         with pytest.raises(ValueError, match="skills.servers"):
-            config_mod.load(env={}, overrides={"skills.servers": bad})
+            load_config(env={}, overrides={"skills.servers": bad})
 
 
 # -- discovery and bodies -------------------------------------------------------------------

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ctxd_sidecar import config as config_mod
+from ctxd_sidecar.config.loader import load_config
 from ctxd_sidecar.server.app import Sidecar, StartupError
 from tests.conftest import free_port
 
@@ -93,7 +93,7 @@ def test_a_start_that_fails_after_binding_frees_its_ports(tmp_path):
     """In process, a failed start leaves nothing listening (a caller may retry)."""
     (tmp_path / "file").write_text("not a directory")
     port, metrics_port = free_port(), free_port()
-    cfg = config_mod.load(
+    cfg = load_config(
         env={},
         overrides={
             "listen": f"127.0.0.1:{port}",

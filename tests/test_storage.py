@@ -23,6 +23,7 @@ from ctxd_sidecar.core.errors import Conflict, InvalidArgument, LimitExceeded, U
 from ctxd_sidecar.core.storage import TOMBSTONE, Storage
 from ctxd_sidecar.plugins import open_store
 from ctxd_sidecar.store import (
+    CallStyle,
     Capability,
     Item,
     PreconditionFailed,
@@ -76,7 +77,7 @@ class FailingStore(Store):
     def __init__(self, error: StoreError, inline_reads: bool) -> None:
         self.error = error
         if inline_reads:
-            self.capabilities = FailingStore.capabilities | {Capability.INLINE_READS}
+            self.call_style = frozenset({CallStyle.INLINE_READS})
 
     def get(self, key):
         raise self.error
@@ -392,24 +393,24 @@ async def test_the_prometheus_observer_keeps_the_store_metric_names(storage_for)
 
 
 # -- declaring capabilities ----------------------------------------------------------------
-def test_the_old_capability_flags_still_work_with_a_deprecation_warning():
-    with pytest.warns(DeprecationWarning) as warned:
+def test_call_style_is_read_apart_from_capabilities():
+    """What a store can do (capabilities) and how it likes to be called
+    (call style) are two declarations; the sidecar reads each for its own."""
 
-        class OldStyleStore(MemoryStore):
-            capabilities = frozenset({LIST, DELETE, CAS})
-            inline_reads = True
-            async_writes = False
+    class InlineReads(MemoryStore):
+        call_style = frozenset({CallStyle.INLINE_READS})
 
-    assert [str(w.message).split(" is ")[0] for w in warned] == [
-        "OldStyleStore.inline_reads",
-        "OldStyleStore.async_writes",
-    ]
-    assert all(w.filename == __file__ for w in warned)
-    storage = Storage(OldStyleStore())
-    assert storage.inline_reads
-    assert Capability.INLINE_READS in storage.capabilities
-    assert Capability.ASYNC_WRITES not in storage.capabilities
+    class Threaded(MemoryStore):
+        call_style = frozenset()
+
+    storage = Storage(InlineReads())
+    assert storage.inline_reads and not storage.inline_writes and not storage._async_writes
+    assert storage.capabilities == frozenset({LIST, DELETE, CAS})
+    assert not Storage(Threaded()).inline_reads
     assert not Storage(LimitedStore({LIST})).inline_reads
+    lmdb_style = LmdbStore.call_style
+    assert lmdb_style == {CallStyle.INLINE_READS, CallStyle.ASYNC_WRITES, CallStyle.INLINE_WRITES}
+    assert not set(LmdbStore.capabilities) & set(CallStyle)
 
 
 async def test_async_writes_are_awaited_on_the_stores_own_thread(tmp_path, storage_for):
@@ -426,15 +427,18 @@ def test_store_hooks_serve_one_scheme_through_pluggy():
     import pluggy
 
     from ctxd_sidecar import hookspecs
-    from ctxd_sidecar.storeplugin import store_hooks
+    from ctxd_sidecar.plugin import StoreOptions, store_hooks
+
+    class MineOptions(StoreOptions):
+        a: int = 0
 
     opened = []
 
     def factory(uri, options):
-        opened.append((uri, dict(options)))
+        opened.append((uri, options.model_dump()))
         return MemoryStore()
 
-    hooks = store_hooks("Mine", factory)
+    hooks = store_hooks("Mine", factory, MineOptions)
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
     pm.register(hooks, name="mine")
@@ -442,7 +446,12 @@ def test_store_hooks_serve_one_scheme_through_pluggy():
     assert pm.hook.ctxd_open_store(scheme="other", uri="other://x", options={}) is None
     store = pm.hook.ctxd_open_store(scheme="mine", uri="mine://x?a=1", options={"a": "1"})
     assert isinstance(store, MemoryStore)
-    assert opened == [("mine://x?a=1", {"a": "1"})]
+    assert opened == [("mine://x?a=1", {"a": 1})]
+    with pytest.raises(ValueError, match=r"^unknown mine store option 'b' \(known options: a\)$"):
+        pm.hook.ctxd_open_store(scheme="mine", uri="mine://x?b=1", options={"b": "1"})
+    with pytest.raises(ValueError, match=r"^mine store option a='x' must be a whole number$"):
+        pm.hook.ctxd_open_store(scheme="mine", uri="mine://x?a=x", options={"a": "x"})
+    assert len(opened) == 1
 
 
 # -- writes on the event loop (INLINE_WRITES) --------------------------------------------
@@ -710,7 +719,7 @@ async def test_storage_awaits_thread_futures_from_async_write_stores():
     import concurrent.futures
 
     class ThreadFutures(MemoryStore):
-        capabilities = MemoryStore.capabilities | {Capability.ASYNC_WRITES}
+        call_style = frozenset({CallStyle.ASYNC_WRITES})
 
         def __init__(self) -> None:
             super().__init__()

@@ -7,7 +7,6 @@ abandoned calls keep working. Real gRPC, real LMDB."""
 from __future__ import annotations
 
 import grpc
-import pytest
 
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 from tests.test_contexts import append, assistant, bad_field, full, rpc_error, tool_text, user
@@ -25,15 +24,11 @@ def refused(c, cid: str, *messages: pb.Message, field: str) -> None:
     assert full(c, cid) == before
 
 
-@pytest.mark.parametrize("segment_format", ["columns", "json"])
-def test_a_second_result_for_an_answered_call_is_refused(
-    start_sidecar, store_uri_for, segment_format
-):
+def test_a_second_result_for_an_answered_call_is_refused(start_sidecar, store_uri_for):
     sc = start_sidecar(
         store_uri_for("lmdb"),
         contexts__checkpoint_every=2,
         contexts__cache_max_contexts=1,
-        contexts__segment_format=segment_format,
     )
     c = sc.contexts
     first = append(c, "dup", user("a"), assistant("", CALL), tool_text("D1", "f", "r1"))

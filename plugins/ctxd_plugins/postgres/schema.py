@@ -12,7 +12,7 @@ from __future__ import annotations
 import psycopg
 from psycopg import sql
 
-from ctxd_sidecar.store import StoreError
+from ctxd_sidecar.plugin import StoreError
 
 #: The layout this code reads and writes; stored in the ``<table>_meta`` table.
 SCHEMA_VERSION = 1

@@ -23,7 +23,7 @@ from psycopg import errors as pg_errors
 from ctxd_plugins.postgres import schema
 from ctxd_plugins.postgres.listener import Listener
 from ctxd_plugins.postgres.options import PostgresOptions, redacted
-from ctxd_sidecar.store import (
+from ctxd_sidecar.plugin import (
     Capability,
     Item,
     PreconditionFailed,

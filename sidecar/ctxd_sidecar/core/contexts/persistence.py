@@ -25,7 +25,6 @@ from typing import Any, TypeVar
 from ctxd_sidecar.core.contexts.model import ContextState, Msg, SegmentRef
 from ctxd_sidecar.core.contexts.ops import SEALED, DamagedRecord, apply_record, needs_messages
 from ctxd_sidecar.core.contexts.segments import (
-    COLUMNS,
     BuiltRun,
     SealedRun,
     SegmentDamaged,
@@ -105,11 +104,9 @@ class ContextStore:
         *,
         idem_cap: int,
         archive_ttl_ms: int = 0,
-        segment_format: str = COLUMNS,
     ) -> None:
         self.storage = storage
         #: How sealed segments are written (both formats are always read).
-        self.segment_format = segment_format
         self.idem_cap = idem_cap
         #: How long folded messages stay stored (0: deleted with their segment).
         self.archive_ttl_ms = archive_ttl_ms
@@ -322,10 +319,10 @@ class ContextStore:
         st.dirty = False
         try:
             if segment is not None:
-                body = encode_segment(st.id, st.gen, pending, self.segment_format)
+                body = encode_segment(st.id, st.gen, pending)
                 await self.storage.put(seg_key(st.id, st.gen, segment), body)
             if archived_now is not None:
-                body = encode_segment(st.id, st.gen, unarchived, self.segment_format)
+                body = encode_segment(st.id, st.gen, unarchived)
                 await self.storage.put(seg_key(st.id, st.gen, archived_now), body)
             etag = await self.storage.put(head_key(st.id), head, if_version=st.head_etag)
         except BaseException:

@@ -59,7 +59,8 @@ class Template:
 
 
 def builtin_template() -> Template:
-    text = importlib.resources.files("ctxd_sidecar").joinpath("prompts/system.md").read_text("utf-8")
+    source = importlib.resources.files("ctxd_sidecar").joinpath("prompts/system.md")
+    text = source.read_text("utf-8")
     return Template.parse(text, "built-in template")
 
 

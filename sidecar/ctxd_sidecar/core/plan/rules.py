@@ -1,5 +1,5 @@
 """Plan transitions: the :class:`Planner` applies one edit to a plan and
-checks it (the types are in :mod:`ctxd_sidecar.core.plan`)."""
+checks it (the types are in :mod:`ctxd_sidecar.core.plan.model`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 
 from ctxd_sidecar.config import PlanConfig
 from ctxd_sidecar.core.errors import FailedPrecondition, InvalidArgument, LimitExceeded, NotFound
-from ctxd_sidecar.core.plan import (
+from ctxd_sidecar.core.plan.model import (
     FINISHED,
     ITEM_ID_RE,
     OPEN,

@@ -19,17 +19,16 @@ keys, ``CTXD_<TABLE>_<KEY>`` for table keys (``CTXD_MEMORY_MAX_VALUE_BYTES``,
 
 The tables are pydantic models, their limits field constraints; a plugin
 declares its own tables through the ``ctxd_config_tables`` hook and reads them
-back with :meth:`Config.table`. Loading is in :mod:`ctxd_sidecar.config_loader`; this
+back with :meth:`Config.table`. Loading is in :mod:`ctxd_sidecar.config.loader`; this
 module holds the schema and imports nothing of the domain.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -42,10 +41,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from ctxd_sidecar.config_servers import McpServerSpec, parse_servers
-
-if TYPE_CHECKING:
-    import pluggy
+from ctxd_sidecar.config.mcp_servers import McpServerSpec, parse_servers
 
 Positive = Annotated[int, Field(gt=0)]
 
@@ -159,10 +155,6 @@ class ContextsConfig(Table):
     #: Seconds a deleted conversation's fence record stays on a shared store,
     #: so a replica holding an old copy can never append to it.
     fence_hold: NonNegative = 600.0
-    #: How sealed segments are written: "columns" (binary columns, fast to
-    #: restore) or "json" (the format of ctxd 0.1, for a fleet on one bucket
-    #: while some replicas still run 0.1). Both are always read.
-    segment_format: Literal["columns", "json"] = "columns"
 
 
 class CompactionConfig(Table):
@@ -422,13 +414,10 @@ class ConfigTable:
     TOML and ``CTXD_SUMMARISER_OPENAI_<KEY>`` in the environment); it must not
     start with a core setting's name. Every field of ``model`` needs a default:
     an installed plugin that is not configured must not stop start-up.
-    ``renamed`` maps old dotted names still accepted, with a deprecation
-    warning, to keys of this table (``{"compaction.openai_model": "model"}``).
     """
 
     name: str
     model: type[BaseModel]
-    renamed: Mapping[str, str] = field(default_factory=dict)
 
 
 class ConfigError(ValueError):
@@ -450,21 +439,3 @@ def dotted_to_nested(pairs: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def load(
-    *,
-    config_file: str | None = None,
-    env: Mapping[str, str] | None = None,
-    overrides: Mapping[str, Any] | None = None,
-    plugins: pluggy.PluginManager | None = None,
-) -> Config:
-    """Build the effective config. ``overrides`` are dotted names from flags;
-    ``plugins`` supplies plugin tables and checks (default: every built-in
-    and installed plugin). :class:`ConfigError` (a ValueError) on a bad one."""
-    from ctxd_sidecar import config_loader
-
-    return config_loader.load(
-        config_file=config_file,
-        env=os.environ if env is None else env,
-        overrides=overrides or {},
-        plugins=plugins,
-    )

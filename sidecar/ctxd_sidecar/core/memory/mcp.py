@@ -41,8 +41,8 @@ from typing import Any
 from ctxd_sidecar.config import MemoryConfig
 from ctxd_sidecar.core import errors
 from ctxd_sidecar.core.errors import CtxdError, NotFound, Unavailable
-from ctxd_sidecar.core.mcp_client import McpSession, McpTarget, OnDemandConnection, error_kind
 from ctxd_sidecar.core.memory import MemoryBackend, MemoryPage, MemoryRecord, SetRequest
+from ctxd_sidecar.mcp import McpSession, McpTarget, OnDemandConnection, error_kind
 
 log = logging.getLogger(__name__)
 

@@ -10,6 +10,7 @@ and appears inside key names (``CTXD_MEMORY_MAX_KEYS``).
 
 from __future__ import annotations
 
+import os
 import tomllib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -70,14 +71,18 @@ class Layer(PydanticBaseSettingsSource):
         return self.origins.get(path, self.label)
 
 
-def load(
+def load_config(
     *,
-    config_file: str | None,
-    env: Mapping[str, str],
-    overrides: Mapping[str, Any],
-    plugins: pluggy.PluginManager | None,
+    config_file: str | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    plugins: pluggy.PluginManager | None = None,
 ) -> Config:
-    """See :func:`ctxd_sidecar.config.load`."""
+    """Build the effective config. ``overrides`` are dotted names from flags;
+    ``plugins`` supplies plugin tables and checks (default: every built-in
+    and installed plugin). :class:`ConfigError` (a ValueError) on a bad one."""
+    env = os.environ if env is None else env
+    overrides = overrides or {}
     if plugins is None:
         from ctxd_sidecar.plugins import plugin_manager
 
@@ -85,14 +90,11 @@ def load(
     notes: list[str] = []
     tables = plugin_tables(plugins, notes)
     cls = settings_class(tables)
-    renamed = {old: f"{t.name}.{key}" for t in tables.values() for old, key in t.renamed.items()}
     layers = [Layer(cls, dotted_to_nested(overrides), "on the command line")]
-    layers.append(_env_layer(cls, env, renamed, notes))
+    layers.append(_env_layer(cls, env, notes))
     path = config_file or env.get("CTXD_CONFIG")
     if path:
         layers.append(Layer(cls, _read_toml(path), f"in {path}"))
-    for layer in layers:
-        _apply_renames(layer, renamed, notes)
     try:
         cfg = cls(_build_sources=(tuple(layers), {}))
     except ValidationError as exc:
@@ -176,11 +178,8 @@ def env_name(path: Path) -> str:
     return "CTXD_" + "_".join(path).upper()
 
 
-def _env_layer(
-    cls: type[Config], env: Mapping[str, str], renamed: Mapping[str, str], notes: list[str]
-) -> Layer:
+def _env_layer(cls: type[Config], env: Mapping[str, str], notes: list[str]) -> Layer:
     known = {env_name(p): p for p in leaf_paths(cls)}
-    known.update({env_name(tuple(old.split("."))): tuple(old.split(".")) for old in renamed})
     layer = Layer(cls, {}, "in the environment")
     unknown = []
     for var, value in env.items():
@@ -207,25 +206,11 @@ def _read_toml(path: str) -> dict[str, Any]:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
 
 
-def _apply_renames(layer: Layer, renamed: Mapping[str, str], notes: list[str]) -> None:
-    """Move deprecated names of plugin settings to the plugin's table."""
-    for old, new in renamed.items():
-        old_path, new_path = tuple(old.split(".")), tuple(new.split("."))
-        if not layer.has(old_path):
-            continue
-        where = layer.where(old_path)
-        if layer.has(new_path):
-            raise ConfigError(f"{old} and {new} are both set {where}; keep {new}")
-        _put(layer.data, new_path, _pop(layer.data, old_path))
-        layer.origins[new_path] = where
-        notes.append(f"{old} is deprecated, use {new} ({where})")
-
-
 def _check(cfg: Config, pm: pluggy.PluginManager) -> None:
     """Checks that need more than one table, or files: the prompt template,
     then every plugin's ``ctxd_check_config``."""
+    from ctxd_sidecar.core.prompt.template import load_template
     from ctxd_sidecar.plugins import each_result
-    from ctxd_sidecar.prompt_template import load_template
 
     try:
         if cfg.prompt.template_file:

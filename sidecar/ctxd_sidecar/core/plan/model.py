@@ -257,11 +257,3 @@ def parse_binding(kind: BindingKind | str, binding_id: str, field_name: str) -> 
             f"must be at most {MAX_BINDING_ID_CHARS} characters without control characters",
         )
     return Binding(parsed, binding_id)
-
-
-# The rules that change a plan live in ctxd_sidecar.core.planner; re-exported here.
-from ctxd_sidecar.core.planner import Planner as Planner  # noqa: E402
-
-# The preflight verdict is validated in its own module; re-exported here.
-from ctxd_sidecar.core.preflight import Preflight as Preflight  # noqa: E402
-from ctxd_sidecar.core.preflight import validate_preflight as validate_preflight  # noqa: E402

@@ -59,9 +59,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ctxd_sidecar.config import PromptConfig
-from ctxd_sidecar.core.skills import ResolvedSkill, SkillCatalogue, SkillInfo, SkillRef
-from ctxd_sidecar.prompt_template import FIELD_RE as _FIELD_RE
-from ctxd_sidecar.prompt_template import (  # noqa: F401 - re-exported
+from ctxd_sidecar.core.prompt.template import FIELD_RE as _FIELD_RE
+from ctxd_sidecar.core.prompt.template import (  # noqa: F401 - re-exported
     MAX_TEMPLATE_BYTES,
     STABLE_FIELDS,
     VOLATILE_FIELDS,
@@ -69,6 +68,7 @@ from ctxd_sidecar.prompt_template import (  # noqa: F401 - re-exported
     builtin_template,
     load_template,
 )
+from ctxd_sidecar.core.skills import ResolvedSkill, SkillCatalogue, SkillInfo, SkillRef
 
 log = logging.getLogger(__name__)
 
