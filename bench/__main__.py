@@ -27,6 +27,7 @@ SUITE_MODULES: tuple[str, ...] = (
     "bench.ctxd_memory",
     "bench.ctxd_contexts",
     "bench.ctxd_replicas",
+    "bench.ctxd_postgres",
     "bench.ctxd_compaction",
     "bench.ctxd_ledger",
     "bench.ctxd_index",
@@ -101,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
         from bench.compare import add_comparisons
 
         add_comparisons(report)  # ratios across suites: ctxd / peers, growth, targets
+        from bench.ctxd_postgres import add_checks as add_postgres_checks
+
+        add_postgres_checks(report)
     except Exception as exc:  # noqa: BLE001 - keep the measured results
         ok = False
         report.failures.append(

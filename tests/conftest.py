@@ -25,6 +25,7 @@ from ctxd_sidecar import config as config_mod
 from ctxd_sidecar.api.ctxd.v1 import context_pb2_grpc, memory_pb2_grpc
 from ctxd_sidecar.config.loader import load_config
 from ctxd_sidecar.server.app import Sidecar
+from tests.support import pg_server as pg
 
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
@@ -83,11 +84,31 @@ def s3_uri(endpoint: str, bucket: str, *, can_list: bool = True, prefix: str = "
     return f"s3://{bucket}/{prefix}?endpoint_url={endpoint}&region=us-east-1&list={flag}&max_attempts=2"
 
 
+# -- PostgreSQL ---------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[pg.PgServer]:
+    """A real PostgreSQL for the session (see tests/support/pg_server.py)."""
+    reason = pg.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    server = pg.launch()
+    yield server
+    pg.cleanup(server)
+
+
 @pytest.fixture
-def store_uri_for(tmp_path, moto_endpoint):
+def pg_uri(pg_server) -> str:
+    """A postgres:// store URI, empty: a fresh schema of its own."""
+    return pg_server.fresh_store_uri()
+
+
+@pytest.fixture
+def store_uri_for(tmp_path, moto_endpoint, request):
     """Factory: backend name -> a fresh store URI for that backend."""
 
     def make(backend: str) -> str:
+        if backend == "postgres":
+            return request.getfixturevalue("pg_server").fresh_store_uri()
         if backend == "memory":
             return "memory://"
         if backend == "lmdb":

@@ -24,6 +24,7 @@ import asyncio
 import concurrent.futures
 import enum
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -44,6 +45,12 @@ class Capability(enum.StrEnum):
     #: by replicas). The sidecar then checks the store on every read of a
     #: context, so each replica serves what any replica acknowledged.
     SHARED = "shared"
+    #: ``watch(prefix, callback)`` calls ``callback(key)`` soon after any
+    #: process sharing the backend writes or deletes a key under ``prefix``
+    #: (e.g. PostgreSQL's LISTEN/NOTIFY). A hint, not a log: ``callback(None)``
+    #: means "anything may have changed" (after a lost connection). The
+    #: sidecar then wakes watchers at once instead of polling.
+    CHANGE_FEED = "change_feed"
 
 
 class CallStyle(enum.StrEnum):
@@ -170,6 +177,12 @@ class Store(abc.ABC):
         """``delete`` without blocking; only on stores declaring ASYNC_WRITES
         (the same futures as :meth:`put_async`)."""
         raise NotImplementedError(f"{self.name} does not declare ASYNC_WRITES")
+
+    def watch(self, prefix: str, callback: Callable[[str | None], None]) -> Callable[[], None]:
+        """Call ``callback`` (on a thread of the store's, so it must be quick
+        and thread-safe) with each key written or deleted under ``prefix``;
+        returns a function that stops it. Requires CHANGE_FEED."""
+        raise NotImplementedError(f"{self.name} does not declare CHANGE_FEED")
 
     def flush(self) -> None:  # noqa: B027 - optional hook
         """Make every acknowledged write durable (called on shutdown)."""

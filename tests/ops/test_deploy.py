@@ -54,8 +54,8 @@ def _pod_specs(docs):
             yield doc["spec"]["template"]
 
 
-def test_there_are_the_lmdb_and_s3_overlays_over_one_base():
-    assert [o.name for o in OVERLAYS] == ["lmdb", "s3"]
+def test_there_are_the_lmdb_postgres_and_s3_overlays_over_one_base():
+    assert [o.name for o in OVERLAYS] == ["lmdb", "postgres", "s3"]
     for overlay in OVERLAYS:
         spec = yaml.safe_load((overlay / "kustomization.yaml").read_text())
         assert "../../base" in spec["resources"]
@@ -149,6 +149,24 @@ def test_s3_network_policy_admits_the_agent_and_keeps_ctxd_private():
     assert set(policy["spec"]["policyTypes"]) == {"Ingress", "Egress"}
     egress_ports = {p["port"] for r in policy["spec"]["egress"] for p in r.get("ports", [])}
     assert {53, 443} <= egress_ports  # DNS and S3
+
+
+def test_postgres_overlay_keeps_the_password_in_a_secret_only():
+    from urllib.parse import urlsplit
+
+    docs = compose(KUBE / "overlays" / "postgres")
+    assert not [d for d in docs if d["kind"] == "Secret"]  # created outside the manifests
+    (template,) = _pod_specs(docs)
+    (ctxd,) = [c for c in template["spec"]["initContainers"] if c["name"] == "ctxd"]
+    env = {e["name"]: e for e in ctxd["env"]}
+    uri = urlsplit(env["CTXD_STORE"]["value"])
+    assert uri.scheme == "postgres" and uri.password is None
+    assert "sslmode=verify-full" in uri.query
+    assert env["PGPASSWORD"]["valueFrom"]["secretKeyRef"]["name"] == "ctxd-postgres"
+    assert "value" not in env["PGPASSWORD"]
+    (policy,) = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    egress_ports = {p["port"] for r in policy["spec"]["egress"] for p in r.get("ports", [])}
+    assert {53, 5432} <= egress_ports
 
 
 def test_minimum_kubernetes_version_is_stated():

@@ -63,7 +63,17 @@ def _check(sc, expected: dict) -> None:
     assert keys == sorted(expected["memory"])
 
 
-@pytest.mark.parametrize("chain", [("lmdb", "s3", "lmdb"), ("lmdb", "s3-nolist", "memory-lmdb")])
+@pytest.mark.parametrize(
+    "chain",
+    [
+        ("lmdb", "s3", "lmdb"),
+        ("lmdb", "s3-nolist", "memory-lmdb"),
+        # With the two below, every direction between LMDB, S3 and PostgreSQL.
+        ("lmdb", "postgres", "s3", "lmdb"),
+        ("lmdb", "s3", "postgres", "lmdb"),
+    ],
+    ids="-".join,
+)
 def test_migrate_lmdb_to_s3_and_back(start_sidecar, store_uri_for, chain):
     uris = [store_uri_for("lmdb" if b == "memory-lmdb" else b) for b in chain]
     # No sweeper, so the expired record is still in the source for migrate to skip.

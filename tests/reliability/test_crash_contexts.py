@@ -70,7 +70,7 @@ class Appender(threading.Thread):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["lmdb", "s3"])
+@pytest.mark.parametrize("backend", ["lmdb", "s3", "postgres"])
 def test_kill_9_loses_no_acknowledged_turn(spawn_sidecar, store_uri_for, backend):
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)

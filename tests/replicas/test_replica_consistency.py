@@ -16,7 +16,9 @@ import pytest
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 from tests.support.contexts import append, full, rpc_error, texts, user
 
-BACKENDS = ["s3", "s3-nolist"]
+BACKENDS = ["s3", "s3-nolist", "postgres"]
+#: One shared store of each kind (for checks that do not depend on listing).
+SHARED_KINDS = ["s3", "postgres"]
 
 
 def replicas(spawn_sidecar, uri: str, n: int = 2, *extra: str):
@@ -51,10 +53,11 @@ def test_every_read_on_b_reflects_a_write_on_a(spawn_sidecar, store_uri_for, bac
     assert texts(full(a.contexts, "conv"))[-1] == "turn 4 via B"
 
 
-def test_a_turns_read_on_b_holds_what_a_acknowledged(spawn_sidecar, store_uri_for):
+@pytest.mark.parametrize("backend", SHARED_KINDS)
+def test_a_turns_read_on_b_holds_what_a_acknowledged(spawn_sidecar, store_uri_for, backend):
     """AppendTurn's own read (one round trip) reflects the other replica's
     turns, for a committed turn and for a replayed one."""
-    a, b = replicas(spawn_sidecar, store_uri_for("s3"))
+    a, b = replicas(spawn_sidecar, store_uri_for(backend))
     append(a.contexts, "one", user("a1"))
     held = version(b.contexts, "one")  # B holds version 1
     append(a.contexts, "one", user("a2"))
@@ -71,8 +74,9 @@ def test_a_turns_read_on_b_holds_what_a_acknowledged(spawn_sidecar, store_uri_fo
     assert [m.user.text for m in again.read.slice] == ["a2", "b3", "a4"]
 
 
-def test_cached_reads_are_an_explicit_choice(spawn_sidecar, store_uri_for):
-    uri = store_uri_for("s3")
+@pytest.mark.parametrize("backend", SHARED_KINDS)
+def test_cached_reads_are_an_explicit_choice(spawn_sidecar, store_uri_for, backend):
+    uri = store_uri_for(backend)
     a = spawn_sidecar("--store", uri).running()
     b = spawn_sidecar("--store", uri, "--set", "contexts.read_consistency=cached").running()
     append(a.contexts, "conv", user("one"))
@@ -146,8 +150,9 @@ def test_delete_checks_expected_version_against_the_store(spawn_sidecar, store_u
     assert rpc_error(full, b.contexts, "conv").code() == grpc.StatusCode.NOT_FOUND
 
 
-def test_a_watcher_on_b_sees_what_a_commits(spawn_sidecar, store_uri_for):
-    a, b = replicas(spawn_sidecar, store_uri_for("s3"))
+@pytest.mark.parametrize("backend", SHARED_KINDS)
+def test_a_watcher_on_b_sees_what_a_commits(spawn_sidecar, store_uri_for, backend):
+    a, b = replicas(spawn_sidecar, store_uri_for(backend))
     append(a.contexts, "conv", user("hello"))
     events: queue.Queue = queue.Queue()
     call = b.contexts.WatchContext(pb.WatchContextRequest(context_id="conv"))
@@ -183,8 +188,9 @@ def test_a_watcher_on_b_sees_what_a_commits(spawn_sidecar, store_uri_for):
     call.cancel()
 
 
-def test_a_replica_killed_mid_delete_loses_no_later_turn(spawn_sidecar, store_uri_for):
-    uri = store_uri_for("s3-nolist")
+@pytest.mark.parametrize("backend", ["s3-nolist", "postgres"])
+def test_a_replica_killed_mid_delete_loses_no_later_turn(spawn_sidecar, store_uri_for, backend):
+    uri = store_uri_for(backend)
     a = spawn_sidecar("--store", uri, env={"CTXD_CRASH_POINT": "contexts.after_fence"})
     b = spawn_sidecar("--store", uri).running()
     append(a.running().contexts, "conv", user("old"))

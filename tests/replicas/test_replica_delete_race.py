@@ -14,7 +14,7 @@ from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 from tests.support.contexts import append, full, texts, user
 
 
-@pytest.mark.parametrize("backend", ["s3", "s3-nolist"])
+@pytest.mark.parametrize("backend", ["s3", "s3-nolist", "postgres"])
 def test_a_delete_completes_while_another_replica_keeps_appending(
     spawn_sidecar, store_uri_for, backend
 ):

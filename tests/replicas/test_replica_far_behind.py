@@ -90,7 +90,7 @@ def check_delete(s: Scenario, cid: str, incarnation: str) -> None:
 CHECKS = [check_read_of_deleted, check_read, check_incremental_read, check_append, check_delete]
 
 
-BACKENDS = ["s3", "s3-nolist"]
+BACKENDS = ["s3", "s3-nolist", "postgres"]
 
 
 @pytest.fixture(params=BACKENDS)

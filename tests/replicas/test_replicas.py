@@ -1,6 +1,6 @@
-"""Two sidecar processes on one S3 bucket: interleaved writes to the same
-context and the same memory key lose nothing, and the result equals a serial
-history."""
+"""Two sidecar processes on one S3 bucket (or one PostgreSQL database):
+interleaved writes to the same context and the same memory key lose nothing,
+and the result equals a serial history."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ TURNS_PER_WRITER = 15
 INCREMENTS_PER_WRITER = 15
 
 
-@pytest.mark.parametrize("backend", ["s3", "s3-nolist"])
+@pytest.mark.parametrize("backend", ["s3", "s3-nolist", "postgres"])
 def test_two_replicas_interleaving_writes_lose_no_update(spawn_sidecar, store_uri_for, backend):
     uri = store_uri_for(backend)
     replicas = [spawn_sidecar("--store", uri).running() for _ in range(2)]

@@ -19,7 +19,7 @@ from ctxd_sidecar.api.ctxd.v1 import memory_pb2
 from ctxd_sidecar.plugins import available_schemes, open_store, plugin_manager
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "store-plugin"
-BUILT_IN_SCHEMES = ["lmdb", "memory", "s3"]
+BUILT_IN_SCHEMES = ["lmdb", "memory", "postgres", "postgresql", "s3"]
 
 
 @pytest.fixture(scope="session")
@@ -107,12 +107,15 @@ def test_unknown_scheme_names_every_installed_one(with_dirstore):
     with pytest.raises(ValueError) as err:
         open_store("nosuch://x", plugin_manager())
     assert str(err.value) == (
-        "no store plugin serves scheme 'nosuch' (installed: dir, lmdb, memory, s3)"
+        "no store plugin serves scheme 'nosuch' "
+        "(installed: dir, lmdb, memory, postgres, postgresql, s3)"
     )
 
 
 def test_without_the_package_its_scheme_is_unknown():
-    with pytest.raises(ValueError, match=r"scheme 'dir' \(installed: lmdb, memory, s3\)"):
+    with pytest.raises(
+        ValueError, match=r"scheme 'dir' \(installed: lmdb, memory, postgres, postgresql, s3\)"
+    ):
         open_store("dir:///tmp/x", plugin_manager())
 
 
@@ -150,11 +153,13 @@ def test_ctxd_plugins_lists_the_installed_scheme(dirstore_site):
         "  dir: ctxd_dirstore",
         "  lmdb: ctxd_plugins.lmdb_store",
         "  memory: ctxd_plugins.memory_store",
+        "  postgres: ctxd_plugins.postgres",
+        "  postgresql: ctxd_plugins.postgres",
         "  s3: ctxd_plugins.s3",
     ]
     assert "  extractive: ctxd_plugins.extractive_summariser" in lines
     assert "  summariser.openai: ctxd_plugins.openai_summariser" in lines
-    assert "schemes: dir, lmdb, memory, s3" in lines
+    assert "schemes: dir, lmdb, memory, postgres, postgresql, s3" in lines
 
 
 def test_ctxd_serve_uses_the_plugin_store_across_restarts(dirstore_site, spawn_sidecar, tmp_path):

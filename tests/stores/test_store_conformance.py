@@ -36,3 +36,9 @@ class TestS3StoreWithoutList(StoreConformance):
     def make_store(self, store_uri_for):
         uri = store_uri_for("s3-nolist")
         return lambda: open_store(uri)
+
+
+class TestPostgresStore(StoreConformance):
+    @pytest.fixture
+    def make_store(self, pg_uri):
+        return lambda: open_store(pg_uri)

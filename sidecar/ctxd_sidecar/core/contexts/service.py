@@ -24,6 +24,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from ctxd_sidecar.config import ContextsConfig
+from ctxd_sidecar.core import changefeed
 from ctxd_sidecar.core.contexts import archive, validate
 from ctxd_sidecar.core.contexts.checkpoints import Checkpointer
 from ctxd_sidecar.core.contexts.events import ContextEvent, EventFeed, Subscription
@@ -401,7 +402,7 @@ class ContextService:
     async def _follow(self, cid: str) -> None:
         try:
             while self.feed.watchers(cid):
-                await asyncio.sleep(self.watch_poll)
+                await self._until_changed(cid)
                 try:
                     await self.read(cid, latest=True)
                 except CtxdError as exc:
@@ -411,6 +412,11 @@ class ContextService:
         finally:
             if self._followers.get(cid) is asyncio.current_task():
                 del self._followers[cid]
+
+    async def _until_changed(self, cid: str) -> None:
+        """Until another replica may have changed ``cid``: woken by the
+        store's change feed when it has one (CHANGE_FEED), else ``watch_poll``."""
+        await changefeed.wait(self.storage, changefeed.context_prefixes(cid), self.watch_poll)
 
     async def checkpoint_now(self, cid: str) -> bool:
         """Checkpoint a resident context at once (admin tools, tests)."""

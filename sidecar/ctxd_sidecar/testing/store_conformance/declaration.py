@@ -3,6 +3,7 @@ or refused with NotImplementedError (never silently half-done)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 import pytest
@@ -103,6 +104,32 @@ class DeclarationTests(StoreFixtures):
             assert store.get("cap/key") == Item(b"changed", new_version)
         else:
             assert store.get("cap/key") == Item(b"original", version)
+
+    def _check_change_feed(self, store: Store, declared: bool, version: str) -> None:
+        # Another process's write must reach a watcher (a second store opened
+        # on the same data stands in for another replica); stopping works.
+        if not declared:
+            with pytest.raises(NotImplementedError):
+                store.watch("cap/", lambda key: None)
+            return
+        seen: list[str | None] = []
+        arrived = threading.Event()
+
+        def changed(key: str | None) -> None:
+            seen.append(key)
+            arrived.set()
+
+        stop = store.watch("cap/", changed)
+        other = self._open_another()
+        try:
+            other.put("elsewhere/key", b"not watched")
+            other.put("cap/key", b"changed by another")
+            assert arrived.wait(30), "no change notification within 30 s"
+            assert "cap/key" in seen or None in seen
+            assert "elsewhere/key" not in seen
+            stop()
+        finally:
+            other.close()
 
     @staticmethod
     def _refused(store: Store, attempts: list[Callable[[], object]], version: str) -> None:

@@ -1,0 +1,103 @@
+"""Wake a watcher when another replica writes, instead of polling.
+
+A store declaring ``Capability.CHANGE_FEED`` reports each key any process
+writes (PostgreSQL's LISTEN/NOTIFY). :func:`wait` sleeps until a key under
+one of the given prefixes changed, or ``timeout`` passed; on other stores it
+just sleeps ``timeout`` (the poll it replaces). A change reported while
+nobody waits is remembered, so a write that lands between two waits (while
+the watcher reads) still wakes the next one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import weakref
+from collections.abc import Iterable
+
+from ctxd_sidecar.core.storage import Storage
+from ctxd_sidecar.store import Capability
+
+#: With a change feed, the poll is only a safety net (a notification lost
+#: with a connection is followed by a "something changed" one anyway).
+FEED_POLL_S = 5.0
+#: Prefixes nobody waited on for this long are forgotten.
+_FORGET_AFTER_S = 60.0
+
+_feeds: weakref.WeakKeyDictionary[Storage, asyncio.Future[ChangeFeed]] = weakref.WeakKeyDictionary()
+
+
+class ChangeFeed:
+    """One store subscription for a :class:`Storage`, fanned out to waiters."""
+
+    def __init__(self, storage: Storage, loop: asyncio.AbstractEventLoop) -> None:
+        self.namespace = storage.namespace
+        self.loop = loop
+        #: prefix -> (woken, last time someone waited on it)
+        self._waiting: dict[str, tuple[asyncio.Event, float]] = {}
+        self.stop = storage.store.watch(storage.namespace, self._changed)
+
+    def _changed(self, key: str | None) -> None:
+        """Called on the store's thread."""
+        if not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self._wake, key)
+
+    def _wake(self, key: str | None) -> None:
+        relative = None if key is None else key[len(self.namespace) :]
+        for prefix, (event, _) in self._waiting.items():
+            if relative is None or relative.startswith(prefix):
+                event.set()
+
+    def _event(self, prefix: str, now: float) -> asyncio.Event:
+        event = self._waiting.get(prefix, (asyncio.Event(), now))[0]
+        self._waiting[prefix] = (event, now)
+        return event
+
+    async def wait(self, prefixes: Iterable[str], timeout: float) -> None:
+        now = time.monotonic()
+        events = [self._event(p, now) for p in prefixes]
+        waits = [asyncio.ensure_future(e.wait()) for e in events]
+        try:
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+        for e in events:
+            e.clear()  # before the caller reads: a write during the read wakes the next wait
+        stale = [p for p, (_, used) in self._waiting.items() if now - used > _FORGET_AFTER_S]
+        for p in stale:
+            del self._waiting[p]
+
+
+def offered(storage: Storage) -> bool:
+    return Capability.CHANGE_FEED in storage.capabilities
+
+
+async def wait(storage: Storage, prefixes: Iterable[str], poll: float) -> None:
+    """Until a key under ``prefixes`` may have changed: at once on a change
+    the store reports, else after ``poll`` seconds (or the feed's safety net)."""
+    if not offered(storage):
+        await asyncio.sleep(poll)
+        return
+    opening = _feeds.get(storage)
+    if opening is None:
+        # Subscribing connects (a LISTEN): off the event loop. Then return at
+        # once, so the caller reads whatever was written before it listened.
+        loop = asyncio.get_running_loop()
+        opening = _feeds[storage] = loop.run_in_executor(None, ChangeFeed, storage, loop)
+        try:
+            await opening
+        except Exception:
+            del _feeds[storage]
+            await asyncio.sleep(poll)
+        return
+    feed = await opening
+    await feed.wait(prefixes, max(poll, FEED_POLL_S))
+
+
+def context_prefixes(cid: str) -> tuple[str, str]:
+    """The keys whose change means context ``cid`` changed: its log records
+    (every commit) and its head (created, replaced, deleted)."""
+    from ctxd_sidecar.core.contexts.persistence import LOGS, head_key
+
+    return (f"{LOGS}/{cid}/", head_key(cid))
