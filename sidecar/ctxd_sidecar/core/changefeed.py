@@ -18,9 +18,6 @@ from collections.abc import Iterable
 from ctxd_sidecar.core.storage import Storage
 from ctxd_sidecar.store import Capability
 
-#: With a change feed, the poll is only a safety net (a notification lost
-#: with a connection is followed by a "something changed" one anyway).
-FEED_POLL_S = 5.0
 #: Prefixes nobody waited on for this long are forgotten.
 _FORGET_AFTER_S = 60.0
 
@@ -81,18 +78,23 @@ async def wait(storage: Storage, prefixes: Iterable[str], poll: float) -> None:
         return
     opening = _feeds.get(storage)
     if opening is None:
-        # Subscribing connects (a LISTEN): off the event loop. Then return at
-        # once, so the caller reads whatever was written before it listened.
+        # Subscribing connects (a LISTEN): off the event loop, and never in
+        # the watcher's way: until it is up, the watcher polls as before.
         loop = asyncio.get_running_loop()
         opening = _feeds[storage] = loop.run_in_executor(None, ChangeFeed, storage, loop)
-        try:
-            await opening
-        except Exception:
-            del _feeds[storage]
-            await asyncio.sleep(poll)
+        opening.add_done_callback(lambda f: f.cancelled() or f.exception() and _forget(storage, f))
+    if not opening.done() or opening.cancelled() or opening.exception() is not None:
+        await asyncio.sleep(poll)
         return
-    feed = await opening
-    await feed.wait(prefixes, max(poll, FEED_POLL_S))
+    # The poll stays the safety net: a notification lost with a connection,
+    # or sent before this waiter registered, delays a watcher by one poll.
+    await opening.result().wait(prefixes, poll)
+
+
+def _forget(storage: Storage, failed: asyncio.Future) -> None:
+    """A feed that could not open is tried again by the next waiter."""
+    if _feeds.get(storage) is failed:
+        del _feeds[storage]
 
 
 def context_prefixes(cid: str) -> tuple[str, str]:
