@@ -417,10 +417,12 @@ def turn_from_json(request: pb.AppendTurnRequest) -> providers.Turn:
     turn = providers.Turn([], [])
     # Parsed again by protobuf's own reader, which keeps its numbers exact.
     for i, item in enumerate(json.loads(request.messages_json)):
+        if not isinstance(item, dict):
+            raise InvalidArgument(f"messages_json[{i}]", "must be a JSON object (a Message)")
         m = pb.Message()
         try:
             json_format.ParseDict(item, m)
-        except json_format.ParseError as exc:
+        except (json_format.ParseError, TypeError, ValueError, AttributeError) as exc:
             raise InvalidArgument(f"messages_json[{i}]", str(exc)) from None
         turn.add(msg_from_pb(m), f"messages_json[{i}]")
     return turn

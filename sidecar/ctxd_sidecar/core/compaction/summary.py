@@ -38,6 +38,8 @@ from typing import Any
 from ctxd_sidecar.core.compaction.errors import MalformedAnswer
 from ctxd_sidecar.core.compaction.ledger import DEFAULT_LEDGER_CAP, Ledger, LedgerCap, extract
 from ctxd_sidecar.core.compaction.view import MessageView
+from ctxd_sidecar.core.errors import InvalidArgument
+from ctxd_sidecar.core.jsonvalue import loads_bounded
 
 LIST_FIELDS = ("goals", "decisions", "open", "facts")
 #: Default per-list cap.
@@ -147,7 +149,7 @@ def parse_answer(text: str) -> Summary:
         return _from_json_text(text)
     if text[0] == '"':
         try:
-            value = json.loads(text)
+            value = _loads(text)
         except ValueError:
             value = None
         if isinstance(value, str):
@@ -156,7 +158,7 @@ def parse_answer(text: str) -> Summary:
     start, end = text.find("{"), text.rfind("}")
     if 0 < start < end:
         try:
-            value = json.loads(text[start : end + 1])
+            value = _loads(text[start : end + 1])
         except ValueError:
             value = None
         if isinstance(value, dict) and _known_keys(value):
@@ -164,9 +166,17 @@ def parse_answer(text: str) -> Summary:
     return Summary(narrative=_clean_narrative(text))
 
 
+def _loads(text: str) -> Any:
+    """JSON of an answer: nesting bounded, strings valid Unicode."""
+    try:
+        return loads_bounded(text, field="answer")
+    except InvalidArgument as exc:
+        raise MalformedAnswer(f"the summariser's answer {exc.description}") from None
+
+
 def _from_json_text(body: str) -> Summary:
     try:
-        value = json.loads(body)
+        value = _loads(body)
     except ValueError as exc:
         raise MalformedAnswer(
             f"the summariser's answer is not valid JSON ({exc.msg} at line {exc.lineno} "
