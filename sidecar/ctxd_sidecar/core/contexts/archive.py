@@ -14,7 +14,6 @@ to one by the next checkpoint. Archived segments go once
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass
 from typing import Any
 

@@ -116,11 +116,18 @@ class CompactResult:
 def _answered_after(msgs: list[Msg], n: int) -> str:
     """The first call among the first ``n`` messages that a later message
     answers ("" if none). The cut never folds such a call, but a result can
-    arrive between a plan and its apply (an abandoned call's late result)."""
-    folded = {c.id for m in msgs[:n] for c in m.tool_calls}
-    if not folded:
-        return ""
-    return next((m.call_id for m in msgs[n:] if m.kind == TOOL and m.call_id in folded), "")
+    arrive between a plan and its apply (an abandoned call's late result).
+
+    Calls are told apart by position: a result answers the latest earlier
+    call with its id, so a kept result for a reused id (``call0`` in every
+    round) answers the kept call, not a folded one."""
+    owner: dict[str, int] = {}
+    for i, m in enumerate(msgs):
+        for c in m.tool_calls:
+            owner[c.id] = i
+        if m.kind == TOOL and i >= n and owner.get(m.call_id, n) < n:
+            return m.call_id
+    return ""
 
 
 def cache_effect(st: ContextState, summary: Summary, folded: int) -> CacheEffect:
