@@ -21,6 +21,8 @@ from ctxd_sidecar.core.contexts.service import ContextService
 from ctxd_sidecar.core.contexts.skillset import SkillSet
 from ctxd_sidecar.core.contexts.turns import TurnRequest, Turns
 from ctxd_sidecar.core.errors import CtxdError, InvalidArgument, Unavailable
+from ctxd_sidecar.core import providers
+from ctxd_sidecar.core.providers import pages as provider_pages
 from ctxd_sidecar.core.providers import relabel
 from ctxd_sidecar.server import wire
 from ctxd_sidecar.server.context_convert import (
@@ -145,7 +147,12 @@ def _json_page(read: _Read, st, page: views.Page) -> tuple[views.Page, tuple[str
         if sum(len(x.encode()) for x in out) <= JSON_PAGE_BYTES:
             return page, out
         page = views.read(
-            st, read.view, size=count // 2, token=request.page_token, since=read.since
+            st,
+            read.view,
+            size=count // 2,
+            token=request.page_token,
+            since=read.since,
+            incarnation=read.incarnation,
         )
 
 
@@ -237,6 +244,20 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
         request, view = read.request, read.view
         resp = pb.GetContextResponse(info=info_to_pb(st.info()))
         if view == "info":
+            return resp
+        if read.fmt in (providers.OPENAI, providers.ANTHROPIC):
+            # Cut from the rendered request, so pages and deltas join validly.
+            jp = provider_pages.read(
+                read.fmt,
+                st,
+                size=request.page_size,
+                token=request.page_token,
+                since=read.since,
+                incarnation=read.incarnation,
+                mark=request.cache_breakpoint,
+            )
+            resp.messages_json, resp.system_json = jp.messages_json, jp.system_json
+            resp.next_page_token, resp.change = jp.next_token, _CHANGE[jp.change]
             return resp
         page = views.read(
             st,
