@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 from ctxd_sidecar.api.ctxd.v1 import context_pb2_grpc
+from ctxd_sidecar.core import providers
 from ctxd_sidecar.core.contexts import views
 from ctxd_sidecar.core.contexts.compaction import Compactor
 from ctxd_sidecar.core.contexts.deletion import Deletion
@@ -21,7 +22,6 @@ from ctxd_sidecar.core.contexts.service import ContextService
 from ctxd_sidecar.core.contexts.skillset import SkillSet
 from ctxd_sidecar.core.contexts.turns import TurnRequest, Turns
 from ctxd_sidecar.core.errors import CtxdError, InvalidArgument, Unavailable
-from ctxd_sidecar.core import providers
 from ctxd_sidecar.core.providers import pages as provider_pages
 from ctxd_sidecar.core.providers import relabel
 from ctxd_sidecar.server import wire
