@@ -250,12 +250,8 @@ def run_conversation(ctx, steps, page_size: int) -> None:
         check(ctx, cid, rts, page_size)
 
 
-SHORT = settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
-LONG = settings(
-    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+SHORT = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+LONG = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @SHORT
