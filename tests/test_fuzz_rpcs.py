@@ -115,6 +115,14 @@ def fuzzed(tmp_path_factory):
         "full_page": ctx.GetContext(
             cpb.GetContextRequest(context_id="fz", view=cpb.CONTEXT_VIEW_FULL, page_size=2)
         ).next_page_token,
+        "json_page": ctx.GetContext(
+            cpb.GetContextRequest(
+                context_id="fz",
+                view=cpb.CONTEXT_VIEW_SLICE,
+                format=cpb.MESSAGE_FORMAT_ANTHROPIC,
+                page_size=1,
+            )
+        ).next_page_token,
         "plan_ref": ctx.PlanCompaction(cpb.PlanCompactionRequest(context_id="fz2")).plan_ref,
         "expand": ctx.ExpandCompaction(
             cpb.ExpandCompactionRequest(
@@ -380,7 +388,7 @@ def targeted(draw, tokens):
             context_id=cid,
             view=draw(st.sampled_from([1, 2, 3])),
             page_token=draw(
-                st.sampled_from([tokens["page"], tokens["full_page"]]).flatmap(
+                st.sampled_from([tokens["page"], tokens["full_page"], tokens["json_page"]]).flatmap(
                     lambda t: tampered(t)
                 )
                 | hostile
