@@ -54,7 +54,7 @@ from ctxd_sidecar.core.contexts.model import TOOL, ContextState, Msg
 from ctxd_sidecar.core.contexts.planref import PlanRef, digest
 from ctxd_sidecar.core.contexts.service import ContextService
 from ctxd_sidecar.core.contexts.tokens import MESSAGE_OVERHEAD, estimate_text
-from ctxd_sidecar.core.errors import Conflict, CtxdError, InvalidArgument
+from ctxd_sidecar.core.errors import Conflict, CtxdError, FailedPrecondition, InvalidArgument
 from ctxd_sidecar.core.observe import CompactionHooks, CompactionObserver, NoHooks, NullObserver
 
 log = logging.getLogger(__name__)
@@ -64,6 +64,12 @@ OP = "compact"
 MAX_ANSWER_CHARS = 1024 * 1024
 #: Longest ``instructions`` Compact accepts (characters).
 MAX_INSTRUCTIONS_CHARS = 8 * 1024
+
+
+class WouldGrow(FailedPrecondition):
+    """The merged summary would take more than the messages it replaces: a
+    compaction never makes a context larger (Compact declines with this
+    reason; ApplyCompaction answers FAILED_PRECONDITION)."""
 
 
 # -- results ---------------------------------------------------------------------------------
@@ -326,6 +332,12 @@ class Compactor:
             )
             before = st.est_tokens
             after = st.calibration.apply(st.msg_tokens - folded_tokens + _block_tokens(merged, st))
+            if after > before:
+                raise WouldGrow(
+                    f"context {st.id}: folding {n} messages ({folded_tokens} tokens) into this "
+                    f"summary would take the context from {before} to {after} tokens; a "
+                    "compaction never makes a context larger (fold more, or answer shorter)"
+                )
             out.update(
                 folded=n, before=before, after=after, evict=evict, cache=cache_effect(st, merged, n)
             )
@@ -465,6 +477,9 @@ class Compactor:
                 narrative_max_chars=self.cfg.narrative_max_chars,
             )
             applied = await self._commit(context_id, ref, done.summary, by=plugin.name)
+        except WouldGrow as exc:
+            self.observer.compaction(trigger, "declined")
+            return CompactResult(False, reason=exc.message, summariser=plugin.name)
         except CtxdError:
             self.observer.compaction(trigger, "failed")
             raise
