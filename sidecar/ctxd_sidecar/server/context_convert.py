@@ -240,11 +240,11 @@ def slice_blocks_pb(st: ContextState) -> list[pb.Message]:
     return out
 
 
-def fill_slice_pb(out, st: ContextState, page=None) -> None:
-    """Summary block, plan block (system messages, leading the first page),
-    then the transcript (``page``'s messages when paged), appended to the
-    repeated field ``out``."""
-    if page is None or page.first:
+def fill_slice_pb(out, st: ContextState, page=None, blocks: bool = True) -> None:
+    """Summary block, plan block (system messages, leading the first page,
+    unless ``blocks`` is False), then the transcript (``page``'s messages
+    when paged), appended to the repeated field ``out``."""
+    if blocks and (page is None or page.first):
         summary = st.summary.render()
         if summary:
             out.add(
@@ -428,13 +428,15 @@ def turn_from_json(request: pb.AppendTurnRequest) -> providers.Turn:
     return turn
 
 
-def slice_json(fmt: str, st: ContextState, page, cache_breakpoint: bool) -> tuple[str, str]:
+def slice_json(
+    fmt: str, st: ContextState, page, cache_breakpoint: bool, *, blocks: bool = True
+) -> tuple[str, str]:
     """``(messages_json, system_json)`` of one slice page in ``fmt``."""
     if fmt != providers.CTXD:
         return providers.render_slice(
             fmt, st, page.messages, first=page.first, cache_breakpoint=cache_breakpoint
         )
     holder = pb.GetContextResponse()
-    fill_slice_pb(holder.slice, st, page)
+    fill_slice_pb(holder.slice, st, page, blocks)
     items = [json_format.MessageToDict(m) for m in holder.slice]
     return json.dumps(items, ensure_ascii=False, separators=(",", ":")), ""

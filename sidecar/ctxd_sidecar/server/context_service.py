@@ -140,7 +140,9 @@ def _json_page(read: _Read, st, page: views.Page) -> tuple[views.Page, tuple[str
     can take several times as much (``\u0001``, quotes in JSON text)."""
     request = read.request
     while True:
-        out = slice_json(read.fmt, st, page, request.cache_breakpoint)
+        out = slice_json(
+            read.fmt, st, page, request.cache_breakpoint, blocks=not request.without_summary_blocks
+        )
         count = len(page.messages)
         if count <= 1 or sum(len(x) for x in out) * 4 <= JSON_PAGE_BYTES:
             return page, out  # four bytes a character at most: no need to encode
@@ -255,6 +257,7 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
                 since=read.since,
                 incarnation=read.incarnation,
                 mark=request.cache_breakpoint,
+                blocks=not request.without_summary_blocks,
             )
             resp.messages_json, resp.system_json = jp.messages_json, jp.system_json
             resp.next_page_token, resp.change = jp.next_token, _CHANGE[jp.change]
@@ -278,7 +281,7 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
             return wire.full_reply(resp, meta, page.messages)
         if read.fmt:
             return resp
-        blocks = slice_blocks_pb(st) if page.first else []
+        blocks = slice_blocks_pb(st) if page.first and not request.without_summary_blocks else []
         return wire.slice_reply(resp, blocks, page.messages)
 
     async def ListContexts(
