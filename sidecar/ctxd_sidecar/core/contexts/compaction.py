@@ -68,8 +68,10 @@ MAX_INSTRUCTIONS_CHARS = 8 * 1024
 
 class WouldGrow(FailedPrecondition):
     """The merged summary would take more than the messages it replaces: a
-    compaction never makes a context larger (Compact declines with this
-    reason; ApplyCompaction answers FAILED_PRECONDITION)."""
+    compaction ctxd runs (Compact, the automatic trigger) never makes a
+    context larger, and declines with this reason. ApplyCompaction applies
+    the runtime's own answer as given (its reply's tokens_after says what it
+    did): an import restores a summary that way."""
 
 
 # -- results ---------------------------------------------------------------------------------
@@ -275,7 +277,7 @@ class Compactor:
         except MalformedAnswer as exc:
             raise InvalidArgument("answer", exc.message) from None
         try:
-            result = await self._commit(context_id, ref, summary, by="runtime")
+            result = await self._commit(context_id, ref, summary, by="runtime", may_grow=True)
         except CtxdError:
             self.observer.compaction("runtime", "failed")
             raise
@@ -283,7 +285,7 @@ class Compactor:
         return result
 
     async def _commit(
-        self, context_id: str, ref: PlanRef, addition: Summary, *, by: str
+        self, context_id: str, ref: PlanRef, addition: Summary, *, by: str, may_grow: bool = False
     ) -> ApplyResult:
         out: dict[str, Any] = {}
 
@@ -332,7 +334,7 @@ class Compactor:
             )
             before = st.est_tokens
             after = st.calibration.apply(st.msg_tokens - folded_tokens + _block_tokens(merged, st))
-            if after > before:
+            if after > before and not may_grow:
                 raise WouldGrow(
                     f"context {st.id}: folding {n} messages ({folded_tokens} tokens) into this "
                     f"summary would take the context from {before} to {after} tokens; a "

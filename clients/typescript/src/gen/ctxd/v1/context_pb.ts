@@ -2837,9 +2837,9 @@ export const ContextService: GenService<{
    * ApplyCompaction folds the planned prefix into the summary. ABORTED only
    * if the planned prefix changed or a tool call it folds got its result
    * meanwhile (plan again); turns appended meanwhile are kept.
-   * FAILED_PRECONDITION when the merged summary would make the context
-   * larger than it is (a compaction never does; fold more or answer
-   * shorter). An answer may name open items it closes ("closed").
+   * The answer is applied as given: tokens_after says whether it made the
+   * context smaller (Compact and automatic compactions decline instead).
+   * An answer may name open items it closes ("closed").
    *
    * @generated from rpc ctxd.v1.ContextService.ApplyCompaction
    */
