@@ -46,8 +46,8 @@ from ctxd_sidecar.core.providers.ids import IdMap
 #: client's 4 MiB with room for the rest of the reply.
 PAGE_JSON_BYTES = 3 * 1024 * 1024 + 768 * 1024
 _PREFIX = "j1."
-#: Renders kept per context (the view a caller holds, and the view now).
-_KEPT = 4
+#: Renders kept per context: the view a caller holds and the view now.
+_KEPT = 2
 
 
 @dataclass(frozen=True, slots=True)
