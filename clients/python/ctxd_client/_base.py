@@ -192,6 +192,7 @@ class _Verbs:
         page_size: int = 0,
         cache_breakpoint: bool = False,
         without_summary_blocks: bool = False,
+        last_n: int = 0,
         timeout: float | None = None,
     ) -> ops.SliceMessages | ops.SliceDelta:
         """The slice to send to a model, every page; with ``since_version``
@@ -204,7 +205,10 @@ class _Verbs:
         ``AppendTurnResponse.incarnation``) goes with it.
 
         With a provider ``format`` the messages are that provider's dicts (pages
-        joined as the API says) and ``.system`` Anthropic's system blocks."""
+        joined as the API says) and ``.system`` Anthropic's system blocks;
+        ``"openai_responses"`` gives Responses input items, those added in
+        that format exactly as added. ``last_n``: only the last N messages
+        (the summary and plan blocks still lead)."""
         return self._run(
             ops.slice_(
                 context_id,
@@ -215,6 +219,7 @@ class _Verbs:
                 page_size=page_size,
                 cache_breakpoint=cache_breakpoint,
                 without_summary_blocks=without_summary_blocks,
+                last_n=last_n,
             ),
             timeout,
         )
@@ -225,10 +230,15 @@ class _Verbs:
         *,
         consistency: int | str | None = None,
         page_size: int = 0,
+        last_n: int = 0,
         timeout: float | None = None,
     ) -> pb.GetContextResponse:
-        """The whole record (``.context``, all messages) and ``.info``."""
-        return self._run(ops.get(context_id, consistency=consistency, page_size=page_size), timeout)
+        """The whole record (``.context``, all messages; the last ``last_n``
+        when given) and ``.info``."""
+        return self._run(
+            ops.get(context_id, consistency=consistency, page_size=page_size, last_n=last_n),
+            timeout,
+        )
 
     def info(
         self, context_id: str, *, consistency: int | str | None = None, timeout: float | None = None
@@ -241,10 +251,59 @@ class _Verbs:
         kind: int | str | None = None,
         include_archived: bool = False,
         page_size: int = 0,
+        id_prefix: str = "",
         timeout: float | None = None,
     ) -> list[pb.ContextInfo]:
+        """Contexts in id order; ``id_prefix``: only ids starting with it."""
         return self._run(
-            ops.list_contexts(kind=kind, include_archived=include_archived, page_size=page_size),
+            ops.list_contexts(
+                kind=kind,
+                include_archived=include_archived,
+                page_size=page_size,
+                id_prefix=id_prefix,
+            ),
+            timeout,
+        )
+
+    def truncate(
+        self,
+        context_id: str,
+        *,
+        count: int = 0,
+        after_message_id: str = "",
+        expected_version: int | None = None,
+        format: str = "ctxd",
+        timeout: float | None = None,
+    ) -> ops.Truncated:
+        """Remove the last ``count`` live messages (or all after
+        ``after_message_id``) in one change, and return them. Not retried:
+        pass ``expected_version`` to make a retry safe."""
+        return self._run(
+            ops.truncate(
+                context_id,
+                count=count,
+                after_message_id=after_message_id,
+                expected_version=expected_version,
+                format=format,
+            ),
+            timeout,
+        )
+
+    def create_context(
+        self,
+        context_id: str,
+        *,
+        principal: str = "",
+        model: str = "",
+        model_window: int = 0,
+        task: str = "",
+        timeout: float | None = None,
+    ) -> pb.CreateContextResponse:
+        """Make an empty conversation exist (``.created`` False if it did)."""
+        return self._run(
+            ops.create_context(
+                context_id, principal=principal, model=model, model_window=model_window, task=task
+            ),
             timeout,
         )
 

@@ -94,7 +94,7 @@ class SliceDelta:
     system: Any = None
 
 
-_FORMATS = ("ctxd", "openai", "anthropic")
+_FORMATS = ("ctxd", "openai", "anthropic", "openai_responses")
 _CHANGE = {
     pb.SLICE_CHANGE_NONE: "none",
     pb.SLICE_CHANGE_APPEND: "append",
@@ -263,8 +263,19 @@ def _paged_context(req: pb.GetContextRequest, first: Any = None) -> Generator[Ca
     raise AssertionError("unreachable")
 
 
+def _last_n(req: pb.GetContextRequest, last_n: int) -> None:
+    if last_n:
+        if not _has(pb.GetContextRequest, "last_n"):
+            raise CtxdError("this sidecar's API has no tail read (GetContextRequest.last_n)")
+        req.last_n = last_n  # type: ignore[attr-defined]
+
+
 def get(
-    context_id: str, *, consistency: int | str | None = None, page_size: int = 0
+    context_id: str,
+    *,
+    consistency: int | str | None = None,
+    page_size: int = 0,
+    last_n: int = 0,
 ) -> Generator[Call, Any, pb.GetContextResponse]:
     req = pb.GetContextRequest(
         context_id=context_id,
@@ -272,6 +283,7 @@ def get(
         consistency=enum_value(pb.ReadConsistency, "READ_CONSISTENCY_", consistency),
         page_size=page_size,
     )
+    _last_n(req, last_n)
     pages = yield from _paged_context(req)
     whole = pages[0]
     for page in pages[1:]:
@@ -355,10 +367,12 @@ def slice_(
     page_size: int = 0,
     cache_breakpoint: bool = False,
     without_summary_blocks: bool = False,
+    last_n: int = 0,
 ) -> Op:
     req = _slice_request(
         context_id, format, consistency, page_size, cache_breakpoint, without_summary_blocks
     )
+    _last_n(req, last_n)
     if since_version is not None:
         _since(req, since_version, since_incarnation)
     return (yield from _slice_pages(req, format))
@@ -380,13 +394,21 @@ def _join(format: str, held: list, page: list) -> None:
 
 
 def list_contexts(
-    *, kind: int | str | None = None, include_archived: bool = False, page_size: int = 0
+    *,
+    kind: int | str | None = None,
+    include_archived: bool = False,
+    page_size: int = 0,
+    id_prefix: str = "",
 ) -> Op:
     req = pb.ListContextsRequest(
         kind=enum_value(pb.ContextKind, "CONTEXT_KIND_", kind),
         include_archived=include_archived,
         page_size=page_size,
     )
+    if id_prefix:
+        if not _has(pb.ListContextsRequest, "id_prefix"):
+            raise CtxdError("this sidecar's API cannot list by id prefix")
+        req.id_prefix = id_prefix  # type: ignore[attr-defined]
     out: list = []
     while True:
         resp = yield Call(CONTEXT, "ListContexts", req, retry=True)
@@ -394,6 +416,54 @@ def list_contexts(
         if not resp.next_page_token:
             return out
         req.page_token = resp.next_page_token
+
+
+@dataclass
+class Truncated:
+    """What TruncateContext removed: ``removed`` (messages, oldest first; the
+    provider's dicts with a ``format``), and the ``version`` after it."""
+
+    version: int
+    removed: list
+
+
+def truncate(
+    context_id: str,
+    *,
+    count: int = 0,
+    after_message_id: str = "",
+    expected_version: int | None = None,
+    format: str = "ctxd",
+) -> Op:
+    req = pb.TruncateContextRequest(
+        context_id=context_id, count=count, after_message_id=after_message_id
+    )
+    if expected_version is not None:
+        req.expected_version = expected_version
+    if format != "ctxd":
+        req.format = _format_value(format)
+    resp = yield Call(CONTEXT, "TruncateContext", req)
+    removed = list(resp.removed) if format == "ctxd" else json.loads(resp.removed_json or "[]")
+    return Truncated(Version(resp.version, resp.incarnation), removed)
+
+
+def create_context(
+    context_id: str,
+    *,
+    principal: str = "",
+    model: str = "",
+    model_window: int = 0,
+    task: str = "",
+) -> Op:
+    req = pb.CreateContextRequest(
+        context_id=context_id,
+        principal=principal,
+        model=model,
+        model_window=model_window,
+        task=task,
+    )
+    # Retried on UNAVAILABLE: creating what exists changes nothing.
+    return (yield Call(CONTEXT, "CreateContext", req, retry=True))
 
 
 def delete(context_id: str, *, expected_version: int | None = None) -> Op:

@@ -10,6 +10,7 @@ import * as mpb from "./gen/ctxd/v1/memory_pb.js";
 import { CtxdError, toCtxdError } from "./errors.js";
 
 export * from "./errors.js";
+export { CtxdSession, type CtxdSessionOptions, type Summarise } from "./integrations/openaiAgents.js";
 export { pb, mpb };
 
 export interface TlsOptions {
@@ -115,7 +116,7 @@ const CHANGES: Record<number, SliceChange> = {
 };
 
 /** A provider's own message shape, passed through as JSON. */
-export type ProviderFormat = "openai" | "anthropic";
+export type ProviderFormat = "openai" | "anthropic" | "openai_responses";
 
 /** The slice in a provider's shape; ``system`` is its separate system prompt (anthropic). */
 export interface ProviderSlice {
@@ -339,7 +340,8 @@ export class CtxdClient {
   async providerSlice(
     contextId: string,
     format: ProviderFormat,
-    options: Partial<Since> & { pageSize?: number; cacheBreakpoint?: boolean } & WithoutSummary & Call = {},
+    options: Partial<Since> & { pageSize?: number; cacheBreakpoint?: boolean; lastN?: number } & WithoutSummary &
+      Call = {},
   ): Promise<ProviderSlice> {
     const value = providerFormat(format, pb.GetContextResponseSchema, "messages_json");
     const init: Record<string, unknown> = {
@@ -348,6 +350,7 @@ export class CtxdClient {
       pageSize: options.pageSize,
       sinceVersion: big(options.sinceVersion),
       sinceIncarnation: options.sinceIncarnation,
+      lastN: options.lastN,
     };
     const field = pb.GetContextRequestSchema.fields.find((f) => f.name === "format");
     if (field) init[field.localName] = value;
@@ -418,9 +421,12 @@ export class CtxdClient {
     return { ...out, change: CHANGES[pages[0].change] ?? "replace" };
   }
 
-  /** The whole record, every message. */
-  async get(contextId: string, options: { pageSize?: number } & Call = {}): Promise<pb.Context> {
-    const pages = await this.pages({ contextId, view: pb.ContextView.FULL, pageSize: options.pageSize }, options);
+  /** The whole record, every message (the last ``lastN`` when given). */
+  async get(contextId: string, options: { pageSize?: number; lastN?: number } & Call = {}): Promise<pb.Context> {
+    const pages = await this.pages(
+      { contextId, view: pb.ContextView.FULL, pageSize: options.pageSize, lastN: options.lastN },
+      options,
+    );
     const whole = pages[0].context ?? create(pb.ContextSchema);
     for (const page of pages.slice(1)) whole.messages.push(...(page.context?.messages ?? []));
     return whole;
@@ -433,7 +439,7 @@ export class CtxdClient {
   }
 
   async listContexts(
-    options: { kind?: pb.ContextKind; includeArchived?: boolean; pageSize?: number } & Call = {},
+    options: { kind?: pb.ContextKind; includeArchived?: boolean; pageSize?: number; idPrefix?: string } & Call = {},
   ): Promise<pb.ContextInfo[]> {
     const req = create(pb.ListContextsRequestSchema, options);
     const out: pb.ContextInfo[] = [];
@@ -443,6 +449,47 @@ export class CtxdClient {
       if (!page.nextPageToken) return out;
       req.pageToken = page.nextPageToken;
     }
+  }
+
+  /**
+   * Removes the last ``count`` live messages (or every one after ``afterMessageId``) in one
+   * change and returns them; with a ``format``, ``removedJson`` holds them in that shape. Not
+   * retried: pass ``expectedVersion`` to make a retry safe.
+   */
+  async truncate(
+    contextId: string,
+    options: {
+      count?: number;
+      afterMessageId?: string;
+      expectedVersion?: number | bigint;
+      format?: ProviderFormat;
+    } & Call = {},
+  ): Promise<{ version: bigint; incarnation: string; removed: pb.Message[]; removedJson: unknown[] }> {
+    const req = create(pb.TruncateContextRequestSchema, {
+      contextId,
+      count: options.count,
+      afterMessageId: options.afterMessageId,
+      expectedVersion: big(options.expectedVersion),
+    });
+    if (options.format) req.format = providerFormat(options.format, pb.TruncateContextRequestSchema, "format");
+    const resp = await this.unary((o) => this.contexts.truncateContext(req, o), options, false);
+    const removedJson = resp.removedJson ? (JSON.parse(resp.removedJson) as unknown[]) : [];
+    return { version: resp.version, incarnation: resp.incarnation, removed: resp.removed, removedJson };
+  }
+
+  /** Makes an empty conversation exist; ``created`` is false when it already did. */
+  async createContext(
+    contextId: string,
+    options: { principal?: string; model?: string; modelWindow?: number | bigint; task?: string } & Call = {},
+  ): Promise<pb.CreateContextResponse> {
+    const req = create(pb.CreateContextRequestSchema, {
+      contextId,
+      principal: options.principal,
+      model: options.model,
+      modelWindow: big(options.modelWindow),
+      task: options.task,
+    });
+    return this.unary((o) => this.contexts.createContext(req, o), options, true);
   }
 
   async delete(contextId: string, options: { expectedVersion?: number | bigint } & Call = {}): Promise<boolean> {

@@ -1,7 +1,7 @@
 // Runs against a real sidecar at $CTXD_ADDRESS (tests/test_typescript_client.py starts one).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { Code, CtxdClient, CtxdError, pb, type MessageInput } from "../src/index.js";
+import { Code, CtxdClient, CtxdError, CtxdSession, pb, type MessageInput } from "../src/index.js";
 
 const client = new CtxdClient({ address: process.env.CTXD_ADDRESS });
 const run = `ts${process.pid}`;
@@ -219,4 +219,70 @@ test("provider formats pass OpenAI and Anthropic JSON through", async (t) => {
   assert.ok((whole.system as { text?: string }[]).some((b) => b.text === "be brief"));
   await client.delete(cid);
   await client.delete(an);
+});
+
+test("Responses items exactly, tail reads, truncate, empty contexts and prefix listing", async () => {
+  const cid = `${run}-resp`;
+  const items = [
+    { role: "user", content: "hi 🚀" },
+    { id: "rs_1", type: "reasoning", summary: [{ type: "summary_text", text: "think" }], encrypted_content: "gAAA" },
+    { id: "fc_1", type: "function_call", call_id: "c1", name: "f", arguments: '{"x":1}' },
+    { type: "function_call_output", call_id: "c1", output: "done" },
+    { id: "mcp_1", type: "mcp_call", server_label: "s", name: "n", arguments: "{}", output: "o" },
+  ];
+  await client.appendProviderTurn(cid, "openai_responses", items);
+  const back = await client.providerSlice(cid, "openai_responses");
+  assert.deepEqual(back.messages, items);
+  assert.deepEqual((await client.providerSlice(cid, "openai_responses", { lastN: 2 })).messages, items.slice(3));
+  assert.equal((await client.get(cid, { lastN: 1 })).messages.length, 1);
+  const popped = await client.truncate(cid, { count: 1, expectedVersion: back.version, format: "openai_responses" });
+  assert.deepEqual(popped.removedJson, items.slice(4));
+  await assert.rejects(
+    client.truncate(cid, { count: 1, expectedVersion: back.version }),
+    (e: CtxdError) => e.code === Code.Aborted,
+  );
+  await assert.rejects(client.truncate(cid, {}), (e: CtxdError) => e.code === Code.InvalidArgument);
+  const made = await client.createContext(`${run}-empty:a`);
+  assert.equal(made.created, true);
+  assert.equal((await client.createContext(`${run}-empty:a`)).created, false);
+  await client.createContext(`${run}-empty:b`);
+  const listed = (await client.listContexts({ idPrefix: `${run}-empty:` })).map((c) => c.id);
+  assert.deepEqual(listed, [`${run}-empty:a`, `${run}-empty:b`]);
+});
+
+test("CtxdSession: the Agents JS SDK session interface over ctxd", async () => {
+  const session = new CtxdSession(`${run}-agents`, client);
+  assert.equal(await session.getSessionId(), `${run}-agents`);
+  assert.deepEqual(await session.getItems(), []);
+  assert.equal(await session.popItem(), undefined);
+  await session.addItems([]);
+  const items = [
+    { role: "user", content: "Hello" },
+    { id: "rs_9", type: "reasoning", summary: [], encrypted_content: "gAAA" },
+    { role: "assistant", content: "Hi there!" },
+  ];
+  await session.addItems(items.slice(0, 2));
+  await session.addItems(items.slice(2));
+  assert.deepEqual(await session.getItems(), items);
+  assert.deepEqual(await session.getItems(2), items.slice(1));
+  assert.deepEqual(await session.getItems(0), []);
+  assert.deepEqual(await session.popItem(), items[2]);
+  assert.deepEqual(await session.getItems(), items.slice(0, 2));
+  await Promise.all([0, 1, 2, 3].map((k) => session.addItems([0, 1, 2].map((i) => ({ role: "user", content: `b${k}-${i}` })))));
+  const got = (await session.getItems()).slice(2).map((i: { content: string }) => i.content);
+  for (let j = 0; j < 12; j += 3) {
+    const k = got[j].split("-")[0];
+    assert.deepEqual(got.slice(j, j + 3), [0, 1, 2].map((i) => `${k}-${i}`));
+  }
+  const summarised = new CtxdSession(`${run}-agents`, client, {
+    keepLast: 2,
+    summarise: async () => JSON.stringify({ facts: ["the user said hello"] }),
+  });
+  await summarised.runCompaction({ force: true });
+  const after = await summarised.getItems();
+  assert.equal(after[0].role, "system");
+  assert.ok(String(after[0].content).includes("the user said hello"));
+  assert.equal(after.length, 3);
+  await session.clearSession();
+  assert.deepEqual(await session.getItems(), []);
 });

@@ -6,7 +6,7 @@ import boto3
 import botocore.config
 import botocore.exceptions
 
-from ctxd_sidecar.store import (
+from ctxd_sidecar.plugin import (
     Capability,
     Item,
     PreconditionFailed,

@@ -25,6 +25,7 @@ from ctxd_sidecar.core.contexts.model import (
     ContextInfo,
     ContextState,
     Msg,
+    Native,
     ToolCall,
 )
 from ctxd_sidecar.core.errors import InvalidArgument
@@ -45,6 +46,14 @@ KIND_FROM_PB = {
 def msg_from_pb(m: pb.Message) -> Msg:
     """A request message as a domain message (kind "" when none is set; the
     domain rejects it with the field named)."""
+    msg = _msg_from_pb(m)
+    if m.HasField("native"):
+        msg.native = Native(m.native.format, m.native.data)
+        msg.nbytes = -1
+    return msg
+
+
+def _msg_from_pb(m: pb.Message) -> Msg:
     kind = m.WhichOneof("kind")
     ts = m.ts_ms
     if kind == "user":
@@ -106,6 +115,9 @@ def fill_msg_pb(out: pb.Message, m: Msg) -> None:
     else:
         out.note.SetInParent()
         out.note.text = m.text
+    if m.native is not None:
+        out.native.format = m.native.format
+        out.native.data = m.native.data
 
 
 def msg_to_pb(m: Msg) -> pb.Message:
@@ -344,6 +356,7 @@ _EVENT_KINDS = {
     "skills": pb.CONTEXT_EVENT_KIND_SKILLS,
     "preflight": pb.CONTEXT_EVENT_KIND_PREFLIGHT,
     "deleted": pb.CONTEXT_EVENT_KIND_DELETED,
+    "truncate": pb.CONTEXT_EVENT_KIND_TRUNCATED,
 }
 
 
@@ -385,6 +398,7 @@ FORMAT_FROM_PB = {
     pb.MESSAGE_FORMAT_CTXD: providers.CTXD,
     pb.MESSAGE_FORMAT_OPENAI: providers.OPENAI,
     pb.MESSAGE_FORMAT_ANTHROPIC: providers.ANTHROPIC,
+    pb.MESSAGE_FORMAT_OPENAI_RESPONSES: providers.RESPONSES,
 }
 
 
@@ -406,7 +420,9 @@ def turn_from_json(request: pb.AppendTurnRequest) -> providers.Turn:
     """``messages_json`` in ``request.format`` as domain messages (with origins)."""
     fmt = FORMAT_FROM_PB.get(request.format)
     if not fmt:
-        raise InvalidArgument("format", "say the shape of messages_json: CTXD, OPENAI or ANTHROPIC")
+        raise InvalidArgument(
+            "format", "say the shape of messages_json: CTXD, OPENAI, ANTHROPIC or OPENAI_RESPONSES"
+        )
     if fmt != providers.CTXD:
         return providers.parse_turn(fmt, request.messages_json, request.system_json)
     if request.system_json:
@@ -434,9 +450,17 @@ def slice_json(
     """``(messages_json, system_json)`` of one slice page in ``fmt``."""
     if fmt != providers.CTXD:
         return providers.render_slice(
-            fmt, st, page.messages, first=page.first, cache_breakpoint=cache_breakpoint
+            fmt, st, page.messages, first=page.first and blocks, cache_breakpoint=cache_breakpoint
         )
     holder = pb.GetContextResponse()
     fill_slice_pb(holder.slice, st, page, blocks)
     items = [json_format.MessageToDict(m) for m in holder.slice]
     return json.dumps(items, ensure_ascii=False, separators=(",", ":")), ""
+
+
+def messages_json(fmt: str, msgs: list[Msg]) -> str:
+    """``msgs`` (no summary or plan blocks) as a JSON array in ``fmt``."""
+    if fmt != providers.CTXD:
+        return providers.render_messages(fmt, msgs)
+    items = [json_format.MessageToDict(msg_to_pb(m)) for m in msgs]
+    return json.dumps(items, ensure_ascii=False, separators=(",", ":"))

@@ -3,7 +3,7 @@
 Each method converts the request to domain terms (:mod:`.context_convert`),
 calls the use case the composition root handed in, and converts the answer
 back. Every rule lives in :mod:`ctxd_sidecar.core.contexts`; domain errors become
-statuses in :mod:`ctxd_sidecar.server.interceptors`.
+statuses in :mod:`ctxd_sidecar.server.layers`.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from ctxd_sidecar.server.context_convert import (
     summary_to_pb,
     turn_messages,
 )
+from ctxd_sidecar.server.context_edits import ContextEdits
 
 _VIEWS = {
     pb.CONTEXT_VIEW_UNSPECIFIED: views.FULL,
@@ -114,6 +115,12 @@ def _read_of(request: pb.GetContextRequest, field: str = "") -> _Read:
         raise InvalidArgument(f"{field}format", f"unknown message format {request.format}")
     if fmt and view != views.SLICE:
         raise InvalidArgument(f"{field}format", "goes with CONTEXT_VIEW_SLICE")
+    if request.last_n < 0:
+        raise InvalidArgument(f"{field}last_n", "must not be negative (0 reads all)")
+    if request.last_n and since is not None:
+        raise InvalidArgument(
+            f"{field}last_n", "goes without since_version (an incremental read is already a tail)"
+        )
     return _Read(request, view, latest, since, incarnation, fmt)
 
 
@@ -155,6 +162,7 @@ def _json_page(read: _Read, st, page: views.Page) -> tuple[views.Page, tuple[str
             token=request.page_token,
             since=read.since,
             incarnation=read.incarnation,
+            last=request.last_n,
         )
 
 
@@ -162,7 +170,7 @@ def _serialized(reply: pb.GetContextResponse | bytes) -> bytes:
     return reply if isinstance(reply, bytes) else reply.SerializeToString()
 
 
-class ContextServicer(context_pb2_grpc.ContextServiceServicer):
+class ContextServicer(ContextEdits, context_pb2_grpc.ContextServiceServicer):
     def __init__(
         self,
         *,
@@ -247,7 +255,7 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
         resp = pb.GetContextResponse(info=info_to_pb(st.info()))
         if view == "info":
             return resp
-        if read.fmt in (providers.OPENAI, providers.ANTHROPIC):
+        if read.fmt in (providers.OPENAI, providers.ANTHROPIC) and not request.last_n:
             # Cut from the rendered request, so pages and deltas join validly.
             jp = provider_pages.read(
                 read.fmt,
@@ -269,6 +277,7 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
             token=request.page_token,
             since=read.since,
             incarnation=read.incarnation,
+            last=request.last_n,
         )
         if read.fmt:
             page, (resp.messages_json, resp.system_json) = _json_page(read, st, page)
@@ -291,7 +300,11 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
         if kind is None:
             raise InvalidArgument("kind", f"unknown context kind {request.kind}")
         infos, token = await self.listing.page(
-            request.page_size, request.page_token, kind, request.include_archived
+            request.page_size,
+            request.page_token,
+            kind,
+            request.include_archived,
+            id_prefix=request.id_prefix,
         )
         return pb.ListContextsResponse(
             contexts=[info_to_pb(i) for i in infos], next_page_token=token

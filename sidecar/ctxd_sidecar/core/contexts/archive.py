@@ -132,7 +132,7 @@ async def expand(
         if len(wanted) >= limit and min(wanted) <= seg.first:
             break
         for m in await store.read_segment(st, seg):
-            if after < m.seq <= through and m.seq >= first:
+            if after < m.seq <= through and m.seq >= first and not st.is_cut(m.seq):
                 wanted.setdefault(m.seq, m)
     ordered = [wanted[s] for s in sorted(wanted)]
     out: list[Msg] = []

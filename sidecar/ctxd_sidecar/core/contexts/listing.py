@@ -11,6 +11,7 @@ import asyncio
 import base64
 import binascii
 import logging
+import re
 
 from ctxd_sidecar.core.contexts import validate
 from ctxd_sidecar.core.contexts.model import CONVERSATION, ROOT, ROOT_ID, ContextInfo
@@ -23,6 +24,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
+
+
+#: What an id prefix may hold: the context id alphabet.
+_ID_CHARS = re.compile(r"[A-Za-z0-9._:-]+")
 
 
 class Listing:
@@ -40,14 +45,23 @@ class Listing:
         page_token: str = "",
         kind: str = "",
         include_archived: bool = False,
+        *,
+        id_prefix: str = "",
     ) -> tuple[list[ContextInfo], str]:
-        """One page of contexts in id order, and the token of the next ("" at the end)."""
+        """One page of contexts in id order, and the token of the next ("" at
+        the end); ``id_prefix``: only ids starting with it."""
         if page_size < 0:
             raise InvalidArgument("page_size", "must not be negative")
         size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
         after = decode_token(page_token)
+        if id_prefix:
+            validate.bounded(id_prefix, "id_prefix", 128)
+            if not _ID_CHARS.fullmatch(id_prefix):
+                raise InvalidArgument(
+                    "id_prefix", "must be characters of A-Z, a-z, 0-9, '.', '_', ':' or '-'"
+                )
         if kind == ROOT:
-            if after:
+            if after or not ROOT_ID.startswith(id_prefix):
                 return [], ""
             return [await self.info(ROOT_ID)], ""
         await self.contexts.ensure_root()
@@ -55,7 +69,7 @@ class Listing:
         exhausted = False
         while len(out) < size:
             want = size - len(out)
-            batch = await self.contexts.index.scan("", start_after=after, limit=want)
+            batch = await self.contexts.index.scan(id_prefix, start_after=after, limit=want)
             infos = await asyncio.gather(*(self.listed(name, item) for name, item in batch))
             for (name, _), info in zip(batch, infos, strict=True):
                 after = name

@@ -13,6 +13,7 @@ layout (:mod:`ctxd_sidecar.core.contexts.persistence`); nothing here does I/O.
 
 from __future__ import annotations
 
+import base64
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -51,6 +52,23 @@ class ToolCall:
     arguments_json: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class Native:
+    """A writer's own form of a message (e.g. an OpenAI Responses item), kept
+    byte for byte beside ctxd's projection of it and never read by ctxd."""
+
+    #: A name the writer picks for the shape of ``data``.
+    format: str
+    data: bytes
+
+    def to_list(self) -> list[str]:
+        return [self.format, base64.b64encode(self.data).decode("ascii")]
+
+    @classmethod
+    def from_list(cls, v: list[str]) -> Native:
+        return cls(str(v[0]), base64.b64decode(v[1]))
+
+
 @dataclass(slots=True)
 class Msg:
     """One transcript entry. Fields a kind does not use stay empty.
@@ -77,6 +95,8 @@ class Msg:
     tokens: int = -1
     #: The context version whose change appended it (incremental reads).
     ver: int = 0
+    #: The writer's own form of the message, when it sent one.
+    native: Native | None = None
     #: Its encoded form in replies, kept by the first read that encodes it
     #: (messages never change once appended; see ctxd_sidecar.server.wire).
     wire: bytes | None = field(default=None, repr=False, compare=False)
@@ -99,6 +119,8 @@ class Msg:
             n = len(self.text.encode()) + len(self.content.encode())
             for c in self.tool_calls:
                 n += len(c.arguments_json.encode()) + len(c.name.encode()) + len(c.id.encode())
+            if self.native is not None:
+                n += len(self.native.data) + len(self.native.format)
             self.nbytes = n
         return n
 
@@ -106,6 +128,8 @@ class Msg:
     def memory_bytes(self) -> int:
         """Approximate memory the cache holds for this message."""
         n = len(self.text) + len(self.content) + MSG_MEMORY_OVERHEAD
+        if self.native is not None:
+            n += len(self.native.data)
         if self.tool_calls:  # most have none: no iterator to build
             for c in self.tool_calls:
                 n += len(c.arguments_json) + len(c.name) + len(c.id) + 64
@@ -126,6 +150,7 @@ class Msg:
             ts,
             self.tokens,
             ver,
+            self.native,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -148,6 +173,8 @@ class Msg:
             d["error"] = True
         if self.ver:
             d["v"] = self.ver
+        if self.native is not None:
+            d["nat"] = self.native.to_list()
         return d
 
     @classmethod
@@ -166,6 +193,7 @@ class Msg:
             int(d["seq"]),
             int(d.get("ts", 0)),
             ver=int(d.get("v", 0)),
+            native=Native.from_list(d["nat"]) if "nat" in d else None,
         )
 
 
@@ -302,6 +330,9 @@ class ContextState:
     archive: list[tuple[SegmentRef, int]] = field(default_factory=list)
     #: Folded messages not yet in any segment (the next checkpoint archives them).
     unarchived: list[Msg] = field(default_factory=list)
+    #: Message seqs removed by truncation, as ``[first, last]`` ranges: sealed
+    #: segments may still hold them, so reads of segments leave them out.
+    cut: list[list[int]] = field(default_factory=list)
 
     # -- derived ---------------------------------------------------------------------
     @property
@@ -417,89 +448,37 @@ class ContextState:
         self.live_from = max(self.live_from, through_seq + 1)
         return folded
 
+    def is_cut(self, seq: int) -> bool:
+        """Whether truncation removed message ``seq``."""
+        return any(a <= seq <= b for a, b in self.cut)
+
+    def truncate_from(self, from_seq: int) -> list[Msg]:
+        """Remove the live messages from ``from_seq`` on (truncation) and
+        return them; counters, call ids and the cut ranges follow. Message
+        ids are never reused: the next message still takes ``next_seq``."""
+        msgs = self.messages
+        n = len(msgs)
+        while n > 0 and msgs[n - 1].seq >= from_seq:
+            n -= 1
+        removed, self.messages = msgs[n:], msgs[:n]
+        for m in removed:
+            self.msg_count -= 1
+            self.msg_tokens -= m.tokens
+            self.memory_bytes -= m.memory_bytes
+            if m.seq > self.sealed_through:
+                self.unsealed_bytes -= m.size_bytes
+        if removed:
+            self.calls = CallBook.of(self.messages)
+        last = self.next_seq - 1
+        if from_seq <= last:
+            if self.cut and self.cut[-1][1] + 1 >= from_seq:
+                self.cut[-1] = [min(self.cut[-1][0], from_seq), last]
+            else:
+                self.cut.append([from_seq, last])
+        return removed
+
     def remember(self, key: str, result: dict[str, Any]) -> None:
         self.idem[key] = result
         self.idem.move_to_end(key)
         while len(self.idem) > self.idem_cap:
             self.idem.popitem(last=False)
-
-    # -- head (all non-message state) --------------------------------------------------------
-    def head_dict(
-        self,
-        segments: list[SegmentRef],
-        sealed_through: int,
-        dropped: list[SegmentRef],
-        archive: list[tuple[SegmentRef, int]],
-    ) -> dict[str, Any]:
-        return {
-            "format": 1,
-            "id": self.id,
-            "kind": self.kind,
-            "gen": self.gen,
-            "version": self.version,
-            "created": self.created,
-            "updated": self.updated,
-            "turns": self.turns,
-            "principal": self.principal,
-            "task": self.task,
-            "model": self.model,
-            "model_window": self.model_window,
-            "archived": self.archived,
-            "next_seq": self.next_seq,
-            "live_from": self.live_from,
-            "sealed_through": sealed_through,
-            "count": self.msg_count,
-            "tokens": self.msg_tokens,
-            "summary": self.summary.to_dict(),
-            "skills": [[s.name, s.hash] for s in self.skills],
-            "plan": self.plan.to_dict() if self.plan else None,
-            "preflight": self.preflight,
-            "calibration": self.calibration.to_dict(),
-            "idem": [[k, v] for k, v in self.idem.items()],
-            "segments": [s.to_list() for s in segments],
-            "swept_through": self.swept_through,
-            "dropped": [s.to_list() for s in dropped],
-            "abandoned": [[c.id, c.name, c.arguments_json] for c in self.abandoned.values()],
-            "reshaped_at": self.reshaped_at,
-            "archive": [[*s.to_list(), ts] for s, ts in archive],
-            "compactions": self.compactions,
-        }
-
-    @classmethod
-    def from_head(cls, d: dict[str, Any], *, idem_cap: int) -> ContextState:
-        st = cls(
-            id=d["id"],
-            kind=d["kind"],
-            gen=d["gen"],
-            version=int(d["version"]),
-            created=int(d.get("created", 0)),
-            updated=int(d.get("updated", 0)),
-            turns=int(d.get("turns", 0)),
-            principal=d.get("principal", ""),
-            task=d.get("task", ""),
-            model=d.get("model", ""),
-            model_window=int(d.get("model_window", DEFAULT_MODEL_WINDOW)),
-            archived=bool(d.get("archived", False)),
-            next_seq=int(d.get("next_seq", 1)),
-            summary=Summary.from_dict(d.get("summary") or {}),
-            skills=[SkillRef(n, h) for n, h in d.get("skills", ())],
-            plan=Plan.from_dict(d["plan"]) if d.get("plan") else None,
-            preflight=d.get("preflight", ""),
-            calibration=Calibration.from_dict(d.get("calibration")),
-            idem=OrderedDict((k, v) for k, v in d.get("idem", ())),
-            idem_cap=idem_cap,
-            msg_count=int(d.get("count", 0)),
-            msg_tokens=int(d.get("tokens", 0)),
-            head_version=int(d["version"]),
-            segments=[SegmentRef.from_list(s) for s in d.get("segments", ())],
-            sealed_through=int(d.get("sealed_through", 0)),
-            live_from=int(d.get("live_from", 1)),
-            swept_through=int(d.get("swept_through", 0)),
-            dropped=[SegmentRef.from_list(s) for s in d.get("dropped", ())],
-            abandoned={c[0]: ToolCall(c[0], c[1], c[2]) for c in d.get("abandoned", ())},
-            reshaped_at=int(d.get("reshaped_at", d["version"])),
-            archive=[(SegmentRef.from_list(a[:4]), int(a[4])) for a in d.get("archive", ())],
-            compactions=list(d.get("compactions", ())),
-        )
-        st.refresh_blocks()
-        return st

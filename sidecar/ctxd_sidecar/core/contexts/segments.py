@@ -17,7 +17,7 @@ sliced, and only what most messages leave empty goes through JSON::
 
 ``x`` maps a message's index to the fields most messages leave empty
 (principal, tool calls, tool result name and call id, the JSON and error
-flags). A compact JSON header never holds a raw newline, so the first
+flags, a writer's native form). A compact JSON header never holds a raw newline, so the first
 newline after the marker ends it.
 
 Segments written in format 1 (a JSON document starting with ``{``) are
@@ -42,14 +42,13 @@ from ctxd_sidecar.core.contexts.model import (
     TOOL,
     USER,
     Msg,
+    Native,
     ToolCall,
 )
 from ctxd_sidecar.core.estimate import estimate_plain
 from ctxd_sidecar.core.jsonvalue import encode_compact
 
 MAGIC = b"ctxd-seg/2\n"
-#: Writable formats (``contexts.segment_format``).
-COLUMNS, JSON = "columns", "json"
 _CODES = {SYSTEM: "s", USER: "u", ASSISTANT: "a", TOOL: "t", NOTE: "n"}
 _KINDS = {code: kind for kind, code in _CODES.items()}
 #: Numbers per message in the binary columns.
@@ -61,12 +60,8 @@ class SegmentDamaged(ValueError):
     """The bytes are not a segment this code can read."""
 
 
-def encode_segment(cid: str, gen: str, msgs: list[Msg], fmt: str = COLUMNS) -> bytes:
-    """The stored form of ``msgs``: format 2 (``COLUMNS``), or format 1
-    (``JSON``) that ctxd 0.1 reads, while a fleet is being upgraded."""
-    if fmt == JSON:
-        doc = {"id": cid, "gen": gen, "msgs": [m.to_dict() for m in msgs]}
-        return encode_compact(doc)
+def encode_segment(cid: str, gen: str, msgs: list[Msg]) -> bytes:
+    """The stored form of ``msgs`` (format 2, the one ctxd writes)."""
     extra: dict[str, dict[str, Any]] = {}
     for i, m in enumerate(msgs):
         x = _extra_of(m)
@@ -111,7 +106,7 @@ def parse_segment(raw: bytes) -> SealedRun | BuiltRun:
 
 
 #: The fields most messages leave empty, named as Msg.to_dict names them.
-_RARE = ("principal", "calls", "call_id", "name", "json", "error")
+_RARE = ("principal", "calls", "call_id", "name", "json", "error", "nat")
 
 
 def _extra_of(m: Msg) -> dict[str, Any]:
@@ -228,6 +223,7 @@ class SealedRun:
                     ts,
                     -1,
                     ver,
+                    Native.from_list(x["nat"]) if "nat" in x else None,
                 )
             )
         return out

@@ -26,6 +26,8 @@ MAX_TASK = 256
 MAX_MODEL_NAME = 256
 MAX_TOOL_CALLS = 128
 MAX_ID_CHARS = 256
+#: Longest NativePayload.format.
+MAX_NATIVE_FORMAT = 128
 #: A message's text as a JSON string may take at most this (a reply in a
 #: provider's JSON shape holds at least one message and must fit 4 MiB).
 MAX_MESSAGE_JSON_BYTES = PAGE_BYTES
@@ -88,6 +90,11 @@ def turn(
             )
         if m.ts < 0:
             raise InvalidArgument(f"{where}.ts_ms", "must not be negative")
+        if m.native is not None and not 1 <= len(m.native.format) <= MAX_NATIVE_FORMAT:
+            raise InvalidArgument(
+                f"{where}.native.format",
+                f"must name the payload's shape in 1-{MAX_NATIVE_FORMAT} characters",
+            )
         size = m.size_bytes
         if size > max_message_bytes:
             raise InvalidArgument(

@@ -79,9 +79,11 @@ def read(
     token: str = "",
     since: int | None = None,
     incarnation: str = "",
+    last: int = 0,
 ) -> Page:
     """One page of ``view`` of ``st`` (read without awaiting: ``st`` is live);
-    ``since``/``incarnation``: what the caller holds (an incremental read)."""
+    ``since``/``incarnation``: what the caller holds (an incremental read);
+    ``last``: start the first page at the last ``last`` messages (a tail read)."""
     limit = page_size(size)
     msgs = st.messages
     if token:
@@ -91,7 +93,8 @@ def read(
         start = _index_after(msgs, after)
         return _page(st, view, msgs, start, limit, change, first=False)
     if since is None:
-        return _page(st, view, msgs, 0, limit, "", first=True)
+        start = max(0, len(msgs) - last) if last > 0 else 0
+        return _page(st, view, msgs, start, limit, "", first=True)
     if since < 0:
         raise InvalidArgument("since_version", "must not be negative")
     if incarnation and incarnation != st.gen:

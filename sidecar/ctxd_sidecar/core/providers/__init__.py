@@ -1,8 +1,9 @@
 """Provider message shapes, so no runtime hand-converts its transcript.
 
 A turn may arrive, and a slice may be read, in a provider's own JSON shape:
-:data:`OPENAI` (chat completions, :mod:`.openai`) or :data:`ANTHROPIC`
-(messages, :mod:`.anthropic`); :data:`CTXD` is ctxd's own ``Message`` in
+:data:`OPENAI` (chat completions, :mod:`.openai`), :data:`ANTHROPIC`
+(messages, :mod:`.anthropic`) or :data:`RESPONSES` (Responses API input
+items, kept exactly: :mod:`.responses`); :data:`CTXD` is ctxd's own ``Message`` in
 its protobuf JSON form (handled by the gRPC adapter, which owns protobuf).
 Each module says the provider rules it encodes; nothing here knows gRPC.
 """
@@ -18,15 +19,17 @@ from ctxd_sidecar.core.providers.anthropic import from_anthropic, to_anthropic
 from ctxd_sidecar.core.providers.common import Turn, dumps, loads, relabel
 from ctxd_sidecar.core.providers.ids import IdMap, id_map, original
 from ctxd_sidecar.core.providers.openai import from_openai, to_openai
+from ctxd_sidecar.core.providers.responses import from_responses, to_responses_json
 
-CTXD, OPENAI, ANTHROPIC = "ctxd", "openai", "anthropic"
-FORMATS = (CTXD, OPENAI, ANTHROPIC)
+CTXD, OPENAI, ANTHROPIC, RESPONSES = "ctxd", "openai", "anthropic", "openai_responses"
+FORMATS = (CTXD, OPENAI, ANTHROPIC, RESPONSES)
 
 __all__ = [
     "ANTHROPIC",
     "CTXD",
     "FORMATS",
     "OPENAI",
+    "RESPONSES",
     "Turn",
     "parse_turn",
     "relabel",
@@ -47,6 +50,13 @@ def parse_turn(
                 "system_json", "goes with MESSAGE_FORMAT_ANTHROPIC; OpenAI system text is a message"
             )
         return _kept_ids(from_openai(items, max_depth=max_depth))
+    if fmt == RESPONSES:
+        if system_json:
+            raise InvalidArgument(
+                "system_json",
+                "goes with MESSAGE_FORMAT_ANTHROPIC; Responses system text is an item",
+            )
+        return from_responses(items, max_depth=max_depth)
     if fmt == ANTHROPIC:
         system = (
             loads(system_json, field="system_json", max_depth=max_depth) if system_json else None
@@ -119,6 +129,17 @@ def join_units(units: list[str], roles: list[str]) -> str:
     return "[" + ",".join(out) + "]"
 
 
+def render_messages(fmt: str, msgs: list[Msg]) -> str:
+    """``msgs`` alone (no blocks) as a JSON array in a provider format."""
+    if fmt == RESPONSES:
+        return to_responses_json(msgs)
+    if fmt == OPENAI:
+        return dumps(to_openai(msgs))
+    if fmt == ANTHROPIC:
+        return dumps(to_anthropic(msgs, summary="", plan="", first=False)[1])
+    raise InvalidArgument("format", f"{fmt!r} has no provider converter")
+
+
 def render_slice(
     fmt: str,
     st: ContextState,
@@ -132,12 +153,15 @@ def render_slice(
     messages, and when Anthropic's system is empty). The summary and plan
     blocks lead the first page only. Call ids are mapped over ``msgs``
     alone (:mod:`.ids`); reads of a context use :mod:`.pages`."""
-    msgs = id_map(msgs, fmt).apply(msgs)
+    if fmt in (OPENAI, ANTHROPIC):
+        msgs = id_map(msgs, fmt).apply(msgs)
     summary = st.summary.render() if first else ""
     plan = st.plan.render() if first and st.plan is not None else ""
     if fmt == OPENAI:
         blocks = [b for b in (summary, plan) if b]
         return dumps(to_openai(msgs, blocks)), ""
+    if fmt == RESPONSES:
+        return to_responses_json(msgs, [b for b in (summary, plan) if b]), ""
     if fmt == ANTHROPIC:
         system, messages = to_anthropic(
             msgs, summary=summary, plan=plan, first=first, cache_breakpoint=cache_breakpoint

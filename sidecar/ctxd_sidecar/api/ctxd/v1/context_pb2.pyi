@@ -48,6 +48,7 @@ class MessageFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MESSAGE_FORMAT_CTXD: _ClassVar[MessageFormat]
     MESSAGE_FORMAT_OPENAI: _ClassVar[MessageFormat]
     MESSAGE_FORMAT_ANTHROPIC: _ClassVar[MessageFormat]
+    MESSAGE_FORMAT_OPENAI_RESPONSES: _ClassVar[MessageFormat]
 
 class SliceChange(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -73,6 +74,7 @@ class ContextEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CONTEXT_EVENT_KIND_SKILLS: _ClassVar[ContextEventKind]
     CONTEXT_EVENT_KIND_PREFLIGHT: _ClassVar[ContextEventKind]
     CONTEXT_EVENT_KIND_DELETED: _ClassVar[ContextEventKind]
+    CONTEXT_EVENT_KIND_TRUNCATED: _ClassVar[ContextEventKind]
 CONTEXT_KIND_UNSPECIFIED: ContextKind
 CONTEXT_KIND_ROOT: ContextKind
 CONTEXT_KIND_CONVERSATION: ContextKind
@@ -97,6 +99,7 @@ MESSAGE_FORMAT_UNSPECIFIED: MessageFormat
 MESSAGE_FORMAT_CTXD: MessageFormat
 MESSAGE_FORMAT_OPENAI: MessageFormat
 MESSAGE_FORMAT_ANTHROPIC: MessageFormat
+MESSAGE_FORMAT_OPENAI_RESPONSES: MessageFormat
 SLICE_CHANGE_UNSPECIFIED: SliceChange
 SLICE_CHANGE_NONE: SliceChange
 SLICE_CHANGE_APPEND: SliceChange
@@ -113,6 +116,7 @@ CONTEXT_EVENT_KIND_PLAN: ContextEventKind
 CONTEXT_EVENT_KIND_SKILLS: ContextEventKind
 CONTEXT_EVENT_KIND_PREFLIGHT: ContextEventKind
 CONTEXT_EVENT_KIND_DELETED: ContextEventKind
+CONTEXT_EVENT_KIND_TRUNCATED: ContextEventKind
 
 class ToolCall(_message.Message):
     __slots__ = ("id", "name", "arguments_json")
@@ -166,8 +170,16 @@ class NoteMessage(_message.Message):
     text: str
     def __init__(self, text: _Optional[str] = ...) -> None: ...
 
+class NativePayload(_message.Message):
+    __slots__ = ("format", "data")
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    format: str
+    data: bytes
+    def __init__(self, format: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
+
 class Message(_message.Message):
-    __slots__ = ("id", "ts_ms", "system", "user", "assistant", "tool", "note")
+    __slots__ = ("id", "ts_ms", "system", "user", "assistant", "tool", "note", "native")
     ID_FIELD_NUMBER: _ClassVar[int]
     TS_MS_FIELD_NUMBER: _ClassVar[int]
     SYSTEM_FIELD_NUMBER: _ClassVar[int]
@@ -175,6 +187,7 @@ class Message(_message.Message):
     ASSISTANT_FIELD_NUMBER: _ClassVar[int]
     TOOL_FIELD_NUMBER: _ClassVar[int]
     NOTE_FIELD_NUMBER: _ClassVar[int]
+    NATIVE_FIELD_NUMBER: _ClassVar[int]
     id: str
     ts_ms: int
     system: SystemMessage
@@ -182,7 +195,8 @@ class Message(_message.Message):
     assistant: AssistantMessage
     tool: ToolResult
     note: NoteMessage
-    def __init__(self, id: _Optional[str] = ..., ts_ms: _Optional[int] = ..., system: _Optional[_Union[SystemMessage, _Mapping]] = ..., user: _Optional[_Union[UserMessage, _Mapping]] = ..., assistant: _Optional[_Union[AssistantMessage, _Mapping]] = ..., tool: _Optional[_Union[ToolResult, _Mapping]] = ..., note: _Optional[_Union[NoteMessage, _Mapping]] = ...) -> None: ...
+    native: NativePayload
+    def __init__(self, id: _Optional[str] = ..., ts_ms: _Optional[int] = ..., system: _Optional[_Union[SystemMessage, _Mapping]] = ..., user: _Optional[_Union[UserMessage, _Mapping]] = ..., assistant: _Optional[_Union[AssistantMessage, _Mapping]] = ..., tool: _Optional[_Union[ToolResult, _Mapping]] = ..., note: _Optional[_Union[NoteMessage, _Mapping]] = ..., native: _Optional[_Union[NativePayload, _Mapping]] = ...) -> None: ...
 
 class Summary(_message.Message):
     __slots__ = ("goals", "decisions", "open", "facts", "narrative", "covers_messages", "updated_ms")
@@ -345,7 +359,7 @@ class ContextInfo(_message.Message):
     def __init__(self, id: _Optional[str] = ..., kind: _Optional[_Union[ContextKind, str]] = ..., version: _Optional[int] = ..., turns: _Optional[int] = ..., est_tokens: _Optional[int] = ..., updated_ms: _Optional[int] = ..., created_ms: _Optional[int] = ..., message_count: _Optional[int] = ..., model_window: _Optional[int] = ..., archived: _Optional[bool] = ..., incarnation: _Optional[str] = ...) -> None: ...
 
 class GetContextRequest(_message.Message):
-    __slots__ = ("context_id", "view", "consistency", "page_size", "page_token", "since_version", "format", "cache_breakpoint", "since_incarnation", "without_summary_blocks")
+    __slots__ = ("context_id", "view", "consistency", "page_size", "page_token", "since_version", "format", "cache_breakpoint", "since_incarnation", "last_n", "without_summary_blocks")
     CONTEXT_ID_FIELD_NUMBER: _ClassVar[int]
     VIEW_FIELD_NUMBER: _ClassVar[int]
     CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
@@ -355,6 +369,7 @@ class GetContextRequest(_message.Message):
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     CACHE_BREAKPOINT_FIELD_NUMBER: _ClassVar[int]
     SINCE_INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    LAST_N_FIELD_NUMBER: _ClassVar[int]
     WITHOUT_SUMMARY_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     context_id: str
     view: ContextView
@@ -365,8 +380,9 @@ class GetContextRequest(_message.Message):
     format: MessageFormat
     cache_breakpoint: bool
     since_incarnation: str
+    last_n: int
     without_summary_blocks: bool
-    def __init__(self, context_id: _Optional[str] = ..., view: _Optional[_Union[ContextView, str]] = ..., consistency: _Optional[_Union[ReadConsistency, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., since_version: _Optional[int] = ..., format: _Optional[_Union[MessageFormat, str]] = ..., cache_breakpoint: _Optional[bool] = ..., since_incarnation: _Optional[str] = ..., without_summary_blocks: _Optional[bool] = ...) -> None: ...
+    def __init__(self, context_id: _Optional[str] = ..., view: _Optional[_Union[ContextView, str]] = ..., consistency: _Optional[_Union[ReadConsistency, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., since_version: _Optional[int] = ..., format: _Optional[_Union[MessageFormat, str]] = ..., cache_breakpoint: _Optional[bool] = ..., since_incarnation: _Optional[str] = ..., last_n: _Optional[int] = ..., without_summary_blocks: _Optional[bool] = ...) -> None: ...
 
 class GetContextResponse(_message.Message):
     __slots__ = ("info", "context", "slice", "next_page_token", "change", "messages_json", "system_json")
@@ -387,16 +403,18 @@ class GetContextResponse(_message.Message):
     def __init__(self, info: _Optional[_Union[ContextInfo, _Mapping]] = ..., context: _Optional[_Union[Context, _Mapping]] = ..., slice: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., change: _Optional[_Union[SliceChange, str]] = ..., messages_json: _Optional[str] = ..., system_json: _Optional[str] = ...) -> None: ...
 
 class ListContextsRequest(_message.Message):
-    __slots__ = ("page_size", "page_token", "kind", "include_archived")
+    __slots__ = ("page_size", "page_token", "kind", "include_archived", "id_prefix")
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_ARCHIVED_FIELD_NUMBER: _ClassVar[int]
+    ID_PREFIX_FIELD_NUMBER: _ClassVar[int]
     page_size: int
     page_token: str
     kind: ContextKind
     include_archived: bool
-    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., kind: _Optional[_Union[ContextKind, str]] = ..., include_archived: _Optional[bool] = ...) -> None: ...
+    id_prefix: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., kind: _Optional[_Union[ContextKind, str]] = ..., include_archived: _Optional[bool] = ..., id_prefix: _Optional[str] = ...) -> None: ...
 
 class ListContextsResponse(_message.Message):
     __slots__ = ("contexts", "next_page_token")
@@ -841,3 +859,51 @@ class ExpandCompactionResponse(_message.Message):
     messages: _containers.RepeatedCompositeFieldContainer[Message]
     next_page_token: str
     def __init__(self, compaction: _Optional[_Union[CompactionRecord, _Mapping]] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class TruncateContextRequest(_message.Message):
+    __slots__ = ("context_id", "count", "after_message_id", "expected_version", "format")
+    CONTEXT_ID_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    AFTER_MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    context_id: str
+    count: int
+    after_message_id: str
+    expected_version: int
+    format: MessageFormat
+    def __init__(self, context_id: _Optional[str] = ..., count: _Optional[int] = ..., after_message_id: _Optional[str] = ..., expected_version: _Optional[int] = ..., format: _Optional[_Union[MessageFormat, str]] = ...) -> None: ...
+
+class TruncateContextResponse(_message.Message):
+    __slots__ = ("version", "removed", "removed_json", "incarnation")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_JSON_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    removed: _containers.RepeatedCompositeFieldContainer[Message]
+    removed_json: str
+    incarnation: str
+    def __init__(self, version: _Optional[int] = ..., removed: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., removed_json: _Optional[str] = ..., incarnation: _Optional[str] = ...) -> None: ...
+
+class CreateContextRequest(_message.Message):
+    __slots__ = ("context_id", "principal", "model_window", "model", "task")
+    CONTEXT_ID_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    MODEL_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    context_id: str
+    principal: str
+    model_window: int
+    model: str
+    task: str
+    def __init__(self, context_id: _Optional[str] = ..., principal: _Optional[str] = ..., model_window: _Optional[int] = ..., model: _Optional[str] = ..., task: _Optional[str] = ...) -> None: ...
+
+class CreateContextResponse(_message.Message):
+    __slots__ = ("created", "info")
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    INFO_FIELD_NUMBER: _ClassVar[int]
+    created: bool
+    info: ContextInfo
+    def __init__(self, created: _Optional[bool] = ..., info: _Optional[_Union[ContextInfo, _Mapping]] = ...) -> None: ...

@@ -133,6 +133,16 @@ class ContextServiceStub:
                 request_serializer=ctxd_dot_v1_dot_context__pb2.ExpandCompactionRequest.SerializeToString,
                 response_deserializer=ctxd_dot_v1_dot_context__pb2.ExpandCompactionResponse.FromString,
                 _registered_method=True)
+        self.TruncateContext = channel.unary_unary(
+                '/ctxd.v1.ContextService/TruncateContext',
+                request_serializer=ctxd_dot_v1_dot_context__pb2.TruncateContextRequest.SerializeToString,
+                response_deserializer=ctxd_dot_v1_dot_context__pb2.TruncateContextResponse.FromString,
+                _registered_method=True)
+        self.CreateContext = channel.unary_unary(
+                '/ctxd.v1.ContextService/CreateContext',
+                request_serializer=ctxd_dot_v1_dot_context__pb2.CreateContextRequest.SerializeToString,
+                response_deserializer=ctxd_dot_v1_dot_context__pb2.CreateContextResponse.FromString,
+                _registered_method=True)
 
 
 class ContextServiceServicer:
@@ -290,6 +300,28 @@ class ContextServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TruncateContext(self, request, context):
+        """TruncateContext removes the last live message(s) of a conversation in
+        one versioned change and returns them (a session's "pop the last item",
+        a rewind before a retry). Atomic: with expected_version it only happens
+        at that version (ABORTED otherwise). Messages already folded into the
+        summary are not reachable; message ids are never reused. Incremental
+        reads from before it answer REPLACE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateContext(self, request, context):
+        """CreateContext makes an empty conversation exist (version 1, no
+        messages, not counted as a turn), so it is listed and readable before
+        its first turn. Creating one that exists changes nothing and answers
+        created = false.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ContextServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -377,6 +409,16 @@ def add_ContextServiceServicer_to_server(servicer, server):
                     servicer.ExpandCompaction,
                     request_deserializer=ctxd_dot_v1_dot_context__pb2.ExpandCompactionRequest.FromString,
                     response_serializer=ctxd_dot_v1_dot_context__pb2.ExpandCompactionResponse.SerializeToString,
+            ),
+            'TruncateContext': grpc.unary_unary_rpc_method_handler(
+                    servicer.TruncateContext,
+                    request_deserializer=ctxd_dot_v1_dot_context__pb2.TruncateContextRequest.FromString,
+                    response_serializer=ctxd_dot_v1_dot_context__pb2.TruncateContextResponse.SerializeToString,
+            ),
+            'CreateContext': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateContext,
+                    request_deserializer=ctxd_dot_v1_dot_context__pb2.CreateContextRequest.FromString,
+                    response_serializer=ctxd_dot_v1_dot_context__pb2.CreateContextResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -852,6 +894,60 @@ class ContextService:
             '/ctxd.v1.ContextService/ExpandCompaction',
             ctxd_dot_v1_dot_context__pb2.ExpandCompactionRequest.SerializeToString,
             ctxd_dot_v1_dot_context__pb2.ExpandCompactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TruncateContext(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ctxd.v1.ContextService/TruncateContext',
+            ctxd_dot_v1_dot_context__pb2.TruncateContextRequest.SerializeToString,
+            ctxd_dot_v1_dot_context__pb2.TruncateContextResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateContext(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ctxd.v1.ContextService/CreateContext',
+            ctxd_dot_v1_dot_context__pb2.CreateContextRequest.SerializeToString,
+            ctxd_dot_v1_dot_context__pb2.CreateContextResponse.FromString,
             options,
             channel_credentials,
             insecure,

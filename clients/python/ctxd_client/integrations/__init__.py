@@ -1,0 +1,6 @@
+"""Adapters that put ctxd behind the persistence seams of agent frameworks.
+
+Each module imports its framework, so import it only when you use it:
+:mod:`.openai_agents` (``pip install 'ctxd-client[agents]'``) and
+:mod:`.langgraph` (``pip install 'ctxd-client[langgraph]'``).
+"""

@@ -1,0 +1,288 @@
+"""LangGraph's ``BaseStore`` over ctxd's MemoryService: ``CtxdStore``.
+
+Every item is one memory key, ``PREFIX/<label>/<label>/!/<key>`` (labels
+and key percent-encoded, so any text fits ctxd's key rules and ``!`` can
+only be the separator; it sorts first, so a search lists a namespace's
+items before those of its sub-namespaces), holding ``{"v": value, "c": created_ms, "t":
+ttl_minutes}``; ``updated_at`` is the record's own ``updated_ms``. TTLs are
+ctxd's (absolute, swept by the sidecar); a read that refreshes them writes
+the item again with the same TTL, conditional on its version, so a
+refresh never overwrites a concurrent put. Search lists the namespace
+prefix and filters in the client (ctxd has no server-side filter or
+semantic index: ``query`` is ignored); namespaces are derived from the
+keys. One batch is one round of calls: reads first, then the puts, the
+last put of a key winning (as LangGraph's own stores do).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from collections.abc import Generator, Iterable
+from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import quote, unquote
+
+from langgraph.store.base import (
+    NOT_PROVIDED,
+    BaseStore,
+    GetOp,
+    Item,
+    ListNamespacesOp,
+    MatchCondition,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+    TTLConfig,
+)
+
+from ctxd_client import AsyncClient, Client
+from ctxd_client.errors import Aborted, NotFound
+
+#: The segment that ends a namespace (percent-encoding writes "!" as %21).
+SEP = "!"
+
+#: One call: (client verb, positional args, keyword args).
+Call = tuple[str, tuple, dict]
+
+
+def _enc(label: str) -> str:
+    if label == "":
+        return "%"  # no encoding of a non-empty text is a bare "%"
+    return quote(label, safe="").replace(".", "%2E")
+
+
+def _dec(segment: str) -> str:
+    return "" if segment == "%" else unquote(segment)
+
+
+def _ms(dt_ms: int) -> datetime:
+    return datetime.fromtimestamp(dt_ms / 1000, tz=timezone.utc)
+
+
+def _matches(condition: MatchCondition, ns: tuple[str, ...]) -> bool:
+    path = tuple(condition.path)
+    if len(ns) < len(path):
+        return False
+    if condition.match_type == "suffix":
+        ns, path = ns[::-1], path[::-1]
+    return all(p == "*" or k == p for k, p in zip(ns, path, strict=False))
+
+
+def _compare(value: Any, wanted: Any) -> bool:
+    """LangGraph's filter rule: nested equality and $eq/$ne/$gt/$gte/$lt/$lte."""
+    if isinstance(wanted, dict):
+        if any(k.startswith("$") for k in wanted):
+            return all(_operator(value, op, arg) for op, arg in wanted.items())
+        return isinstance(value, dict) and all(_compare(value.get(k), v) for k, v in wanted.items())
+    if isinstance(wanted, list | tuple):
+        return (
+            isinstance(value, list | tuple)
+            and len(value) == len(wanted)
+            and all(_compare(a, b) for a, b in zip(value, wanted, strict=True))
+        )
+    return value == wanted
+
+
+def _operator(value: Any, op: str, arg: Any) -> bool:
+    if op == "$eq":
+        return value == arg
+    if op == "$ne":
+        return value != arg
+    if value is None:
+        return False
+    compare = {"$gt": float.__gt__, "$gte": float.__ge__, "$lt": float.__lt__, "$lte": float.__le__}
+    if op not in compare:
+        raise ValueError(f"unsupported filter operator {op!r}")
+    return compare[op](float(value), float(arg))
+
+
+class CtxdStore(BaseStore):
+    """A LangGraph store kept by a ctxd sidecar (shared by every replica)."""
+
+    supports_ttl = True
+
+    def __init__(
+        self,
+        client: Client | AsyncClient | str,
+        *,
+        prefix: str = "langgraph-store",
+        ttl: TTLConfig | None = None,
+    ) -> None:
+        """``client``: a :class:`Client` (sync calls), an :class:`AsyncClient`
+        (async calls), or the sidecar's address; the other kind is opened on
+        the same address when needed. ``prefix`` is the memory key prefix
+        the store lives under; ``ttl`` LangGraph's TTL settings (minutes)."""
+        self.prefix = prefix.rstrip("/")
+        self.ttl_config = ttl
+        self._address = client if isinstance(client, str) else client.address
+        self._sync = client if isinstance(client, Client) else None
+        self._async = client if isinstance(client, AsyncClient) else None
+        self._async_loop: Any = None if self._async is None else "given"
+
+    # -- keys --------------------------------------------------------------------------------
+    def _ns_path(self, namespace: tuple[str, ...]) -> str:
+        return "/".join([self.prefix, *(_enc(x) for x in namespace)]) + "/"
+
+    def _key(self, namespace: tuple[str, ...], key: str) -> str:
+        return f"{self._ns_path(namespace)}{SEP}/{_enc(key)}"
+
+    def _split(self, full: str) -> tuple[tuple[str, ...], str]:
+        parts = full[len(self.prefix) + 1 :].split("/")
+        cut = parts.index(SEP)
+        return tuple(_dec(p) for p in parts[:cut]), _dec("/".join(parts[cut + 1 :]))
+
+    # -- one batch, whichever client runs it -----------------------------------------------------
+    def _item(self, record: Any, cls: type[Item] = Item) -> Item:
+        ns, key = self._split(record.key)
+        doc = json.loads(record.value_json)
+        return cls(
+            value=doc["v"],
+            key=key,
+            namespace=ns,
+            created_at=_ms(int(doc.get("c", record.updated_ms))),
+            updated_at=_ms(record.updated_ms),
+        )
+
+    def _refresh(self, record: Any) -> Call | None:
+        ttl = json.loads(record.value_json).get("t")
+        if not ttl or not record.expires_at_ms:
+            return None
+        kw = {"value_json": record.value_json, "ttl_seconds": _seconds(ttl)}
+        return ("memory_set", (record.key,), {**kw, "expected_version": record.version})
+
+    def _ops(self, ops: Iterable[Op]) -> Generator[Call, Any, list[Result]]:
+        ops = list(ops)
+        results: list[Result] = [None] * len(ops)
+        puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
+        for i, op in enumerate(ops):
+            if isinstance(op, GetOp):
+                try:
+                    record = yield ("memory_get", (self._key(op.namespace, op.key),), {})
+                except NotFound:
+                    continue
+                results[i] = self._item(record)
+                if op.refresh_ttl:
+                    yield from self._try_refresh(record)
+            elif isinstance(op, SearchOp):
+                results[i] = yield from self._search(op)
+            elif isinstance(op, ListNamespacesOp):
+                results[i] = yield from self._namespaces(op)
+            elif isinstance(op, PutOp):
+                puts[(tuple(op.namespace), op.key)] = op
+            else:
+                raise ValueError(f"unknown store operation {type(op).__name__}")
+        for (ns, key), op in puts.items():
+            yield from self._put(ns, key, op)
+        return results
+
+    def _try_refresh(self, record: Any) -> Generator[Call, Any, None]:
+        call = self._refresh(record)
+        if call is None:
+            return
+        try:
+            yield call
+        except (Aborted, NotFound):
+            pass  # changed or gone meanwhile: that write decides its TTL
+
+    def _put(self, ns: tuple[str, ...], key: str, op: PutOp) -> Generator[Call, Any, None]:
+        full = self._key(ns, key)
+        if op.value is None:
+            yield ("memory_delete", (full,), {})
+            return
+        ttl = op.ttl
+        if ttl is NOT_PROVIDED:
+            ttl = (self.ttl_config or {}).get("default_ttl")
+        try:
+            old = yield ("memory_get", (full,), {})
+            created = json.loads(old.value_json).get("c", old.updated_ms)
+        except NotFound:
+            created = int(time.time() * 1000)
+        doc = {"v": op.value, "c": created, "t": ttl}
+        value_json = json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
+        kw = {"value_json": value_json, "ttl_seconds": _seconds(ttl) if ttl else 0}
+        yield ("memory_set", (full,), kw)
+
+    def _search(self, op: SearchOp) -> Generator[Call, Any, list[SearchItem]]:
+        prefix = self._ns_path(tuple(op.namespace_prefix))
+        records = yield ("memory_list", (prefix,), {"include_values": True})
+        found: list[SearchItem] = []
+        hits = []
+        for record in records:
+            item = self._item(record, SearchItem)
+            if op.filter and not all(_compare(item.value.get(k), v) for k, v in op.filter.items()):
+                continue
+            found.append(item)
+            hits.append(record)
+        page = slice(op.offset, op.offset + op.limit)
+        if op.refresh_ttl:
+            for record in hits[page]:
+                yield from self._try_refresh(record)
+        return found[page]
+
+    def _namespaces(self, op: ListNamespacesOp) -> Generator[Call, Any, list[tuple[str, ...]]]:
+        records = yield ("memory_list", (self.prefix + "/",), {})
+        spaces = {self._split(r.key)[0] for r in records}
+        if op.match_conditions:
+            spaces = {s for s in spaces if all(_matches(c, s) for c in op.match_conditions)}
+        if op.max_depth is not None:
+            spaces = {s[: op.max_depth] for s in spaces}
+        return sorted(spaces)[op.offset : op.offset + op.limit]
+
+    # -- drivers ---------------------------------------------------------------------------------
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        if self._sync is None:
+            self._sync = Client(self._address)
+        return _drive(self._ops(ops), lambda c: getattr(self._sync, c[0])(*c[1], **c[2]))
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        client = self._aclient()
+        gen = self._ops(ops)
+        reply: Any = None
+        error: Exception | None = None
+        while True:
+            try:
+                call = gen.throw(error) if error is not None else gen.send(reply)
+            except StopIteration as stop:
+                return stop.value
+            reply, error = None, None
+            try:
+                reply = await getattr(client, call[0])(*call[1], **call[2])
+            except (Aborted, NotFound) as exc:
+                error = exc
+
+    def _aclient(self) -> AsyncClient:
+        if self._async_loop == "given":
+            return self._async
+        loop = asyncio.get_running_loop()
+        if self._async is None or self._async_loop is not loop:
+            self._async, self._async_loop = AsyncClient(self._address), loop
+        return self._async
+
+    def close(self) -> None:
+        """Close the sync client the store opened."""
+        if self._sync is not None:
+            self._sync.close()
+
+
+def _seconds(minutes: float) -> int:
+    return max(1, math.ceil(float(minutes) * 60))
+
+
+def _drive(gen: Generator[Call, Any, Any], call: Any) -> Any:
+    reply: Any = None
+    error: Exception | None = None
+    while True:
+        try:
+            step = gen.throw(error) if error is not None else gen.send(reply)
+        except StopIteration as stop:
+            return stop.value
+        reply, error = None, None
+        try:
+            reply = call(step)
+        except (Aborted, NotFound) as exc:
+            error = exc

@@ -1,0 +1,202 @@
+"""An OpenAI Agents SDK session kept by ctxd: ``CtxdSession``.
+
+``pip install 'ctxd-client[agents]'``, then::
+
+    from ctxd_client import AsyncClient
+    from ctxd_client.integrations.openai_agents import CtxdSession
+
+    session = CtxdSession("user-42", client=AsyncClient("127.0.0.1:7070"))
+    result = await Runner.run(agent, "Hello", session=session)
+
+The SDK's items are Responses API input items; ctxd stores them in its
+Responses format (``MESSAGE_FORMAT_OPENAI_RESPONSES``), so every item comes
+back exactly as added (equal as JSON, in order): reasoning items with
+``encrypted_content``, function calls and outputs, images, hosted-tool and
+MCP items, item ids. What the SDK asks of a session maps onto one call each:
+
+* ``add_items`` is one AppendTurn: the batch is atomic, and a retry of the
+  call (a lost reply) appends nothing twice (idempotency key per batch).
+* ``get_items(limit=N)`` is a tail read of N messages; ``get_items()``
+  reads incrementally after the first time (only what changed).
+* ``pop_item`` is one TruncateContext: atomic, even against other writers.
+* ``clear_session`` deletes the conversation.
+* ``run_compaction`` (the SDK calls it after each turn) compacts through
+  ctxd when the conversation passed its threshold, or always with
+  ``force``: the sidecar's summariser, or your own model through
+  ``summarise`` (PlanCompaction, then ApplyCompaction). The summary is a
+  structured, readable block, not an encrypted blob, and the folded items
+  stay retrievable with ``ExpandCompaction``.
+
+After a compaction ``get_items()`` returns the summary as one system item,
+``{"role": "system", "content": "..."}``, followed by the kept items
+exactly as added: what the model needs next, not the whole stored history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from agents.memory.session import SessionABC
+from agents.memory.session_settings import (
+    SessionSettings,
+    coerce_session_settings,
+    resolve_session_limit,
+)
+
+from ctxd_client.aio import AsyncClient
+from ctxd_client.errors import NotFound
+from ctxd_client.integrations._ids import context_id
+
+FORMAT = "openai_responses"
+
+#: ``summarise(system_prompt, excerpt, answer_schema_json) -> answer``: the
+#: agent's own model writing the summary (JSON matching the schema, or text).
+Summarise = Callable[[str, str, str], Awaitable[str]]
+
+
+class CtxdSession(SessionABC):
+    """The SDK's ``Session`` (and compaction-aware session) over ctxd."""
+
+    def __init__(
+        self,
+        session_id: str,
+        client: AsyncClient | str,
+        *,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
+        prefix: str = "",
+        model: str = "",
+        model_window: int = 0,
+        keep_last: int = 0,
+        summariser: str = "",
+        summarise: Summarise | None = None,
+    ) -> None:
+        """``session_id`` may be any text: it is encoded into a context id
+        under ``prefix`` (list one app's sessions with
+        ``client.list_contexts(id_prefix=prefix)``). ``model`` or
+        ``model_window`` set the window compaction is measured against;
+        ``keep_last`` the items a compaction keeps (0: the sidecar's
+        setting); ``summariser`` names a sidecar summariser plugin, or
+        ``summarise`` lets the agent's own model write the summary.
+
+        ``client`` is an :class:`AsyncClient` (used on its own event loop),
+        or the sidecar's address: then the session opens a client per event
+        loop it is used on (``Runner.run_sync`` runs its own loop)."""
+        self.session_id = session_id
+        self.context_id = context_id(session_id, prefix)
+        self._client = client
+        self._clients: dict[int, AsyncClient] = {}
+        self.session_settings = coerce_session_settings(session_settings or SessionSettings())
+        self.model = model
+        self.model_window = model_window
+        self.keep_last = keep_last
+        self.summariser = summariser
+        self.summarise = summarise
+        self._held: list[Any] | None = None
+        self._version: int | None = None
+        self._due = False
+
+    @property
+    def client(self) -> AsyncClient:
+        if isinstance(self._client, AsyncClient):
+            return self._client
+        loop = asyncio.get_running_loop()
+        found = self._clients.get(id(loop))
+        if found is None:
+            found = self._clients[id(loop)] = AsyncClient(self._client)
+        return found
+
+    # -- the Session protocol ---------------------------------------------------------------------
+    async def get_items(self, limit: int | None = None) -> list[Any]:
+        """The latest ``limit`` items in order (all when None; the session
+        settings' limit when not given)."""
+        limit = resolve_session_limit(limit, self.session_settings)
+        if limit is not None and limit <= 0:
+            return []
+        try:
+            if limit is not None:
+                items = await self.client.slice(self.context_id, format=FORMAT, last_n=limit)
+                return list(items)[-limit:]
+            return list(await self._whole())
+        except NotFound:
+            self._held = self._version = None
+            return []
+
+    async def _whole(self) -> list[Any]:
+        """The whole slice, read incrementally against the copy held."""
+        if self._held is not None and self._version is not None:
+            delta = await self.client.slice(
+                self.context_id, format=FORMAT, since_version=self._version
+            )
+            if delta.change == "append":
+                self._held.extend(delta.messages)
+            elif delta.change == "replace":
+                self._held = list(delta.messages)
+            self._version = delta.version
+            return list(self._held)
+        items = await self.client.slice(self.context_id, format=FORMAT)
+        self._held, self._version = list(items), items.version
+        return list(items)
+
+    async def add_items(self, items: list[Any]) -> None:
+        """Append ``items`` as one atomic, replay-safe turn."""
+        if not items:
+            return
+        reply = await self.client.append_turn(
+            self.context_id,
+            list(items),
+            format=FORMAT,
+            model=self.model,
+            model_window=self.model_window,
+        )
+        self._due = self._due or bool(reply.compaction_due)
+
+    async def pop_item(self) -> Any | None:
+        """Remove and return the last item (None when there is none), atomically."""
+        try:
+            out = await self.client.truncate(self.context_id, count=1, format=FORMAT)
+        except NotFound:
+            return None
+        return out.removed[-1] if out.removed else None
+
+    async def clear_session(self) -> None:
+        """Delete the conversation (its summary and archived items too)."""
+        self._held = self._version = None
+        self._due = False
+        await self.client.delete(self.context_id)
+
+    # -- compaction --------------------------------------------------------------------------
+    async def run_compaction(self, args: dict[str, Any] | None = None) -> None:
+        """Compact when the last turn passed the threshold, or with
+        ``{"force": True}``; ``response_id``, ``store`` and ``compaction_mode``
+        are the Responses API's own compaction settings and do not apply."""
+        force = bool((args or {}).get("force"))
+        if not (force or self._due):
+            return
+        self._due = False
+        try:
+            if self.summarise is None:
+                await self.client.compact(
+                    self.context_id, keep_last=self.keep_last, summariser=self.summariser
+                )
+                return
+            plan = await self.client.plan_compaction(self.context_id, keep_last=self.keep_last)
+            if plan.nothing_to_do:
+                return
+            answer = await self.summarise(plan.system_prompt, plan.excerpt, plan.answer_schema_json)
+            await self.client.apply_compaction(self.context_id, plan.plan_ref, answer)
+        except NotFound:
+            return
+
+    async def close(self) -> None:
+        """Close the clients the session opened (a client passed in stays open)."""
+        clients, self._clients = list(self._clients.values()), {}
+        for c in clients:
+            try:
+                await c.close()
+            except RuntimeError:  # its event loop is gone (run_sync's)
+                pass
+
+
+__all__ = ["CtxdSession", "Summarise"]

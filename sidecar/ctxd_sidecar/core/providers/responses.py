@@ -1,0 +1,188 @@
+"""OpenAI Responses API input items: the ``input`` argument of ``responses.create``.
+
+The Agents SDK (and anything built on the Responses API) keeps a session as
+a list of these items, and needs every one back exactly as it was added:
+reasoning items with ``encrypted_content``, hosted-tool and MCP calls,
+images, item ids. ctxd keeps each item twice: its own projection (what
+compaction, token estimates and the other formats read) and the item
+itself as the message's native form (format :data:`NATIVE_FORMAT`), written
+back byte for byte on the way out.
+
+In (one element each, in order), the projection:
+
+* ``message`` items (``type`` "message" or absent, with a ``role``):
+  user → user, assistant → assistant, system/developer → system; the text
+  is the string content or the text parts (``input_text``, ``output_text``,
+  ``text``, ``refusal``) joined with ``"\\n"``; images, files and audio are
+  kept in the item and projected as ``[image]``, ``[file NAME]``,
+  ``[audio]``.
+* ``function_call`` → an assistant message with one tool call
+  (``call_id``, ``name``, ``arguments``: JSON text, checked as every tool
+  call's arguments are).
+* ``function_call_output`` → the tool result of ``call_id`` (``output``
+  as text; a list of output parts as their JSON text).
+* Everything else (``reasoning``, ``compaction``, ``web_search_call``,
+  ``computer_call``, ``mcp_call``, ``item_reference``, ...) → a note
+  ``[TYPE] TEXT`` with the readable text the item has (a reasoning
+  summary, a tool's name, a call's status).
+
+Out: items stored from this format come back as stored, in transcript
+order (not re-paired: an SDK gets its list back); other messages are
+converted: system → ``{"role": "system"}``, user and notes (prefixed
+``[note] ``) → ``{"role": "user"}``, assistant text → ``{"role":
+"assistant"}`` then one ``function_call`` per tool call, results →
+``function_call_output``. The summary and plan blocks lead the first page
+as ``system`` messages.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ctxd_sidecar.core.contexts.model import (
+    ASSISTANT,
+    NOTE,
+    SYSTEM,
+    TOOL,
+    USER,
+    Msg,
+    Native,
+    ToolCall,
+)
+from ctxd_sidecar.core.errors import InvalidArgument
+from ctxd_sidecar.core.jsonvalue import MAX_DEPTH
+from ctxd_sidecar.core.providers.common import NOTE_PREFIX, Num, Turn, array, dumps, obj, text_of
+
+#: Native.format of a stored Responses input item.
+NATIVE_FORMAT = "openai.responses.item"
+_ROLES = {"user": USER, "assistant": ASSISTANT, "system": SYSTEM, "developer": SYSTEM}
+_TEXT_PARTS = ("input_text", "output_text", "text", "refusal", "summary_text", "reasoning_text")
+#: Readable fields a note about an item quotes, in this order.
+_NOTE_FIELDS = ("name", "server_label", "status", "action", "query", "queries", "code", "output")
+_NOTE_CHARS = 2000
+
+
+def _part_text(p: Any) -> str:
+    if not isinstance(p, dict):
+        return ""
+    kind = p.get("type")
+    if kind in _TEXT_PARTS:
+        value = p.get("refusal") if kind == "refusal" else p.get("text")
+        return value if isinstance(value, str) else ""
+    if kind == "input_image":
+        return "[image]"
+    if kind == "input_file":
+        name = p.get("filename")
+        return f"[file {name}]" if isinstance(name, str) and name else "[file]"
+    if kind == "input_audio":
+        return "[audio]"
+    return f"[{kind}]" if isinstance(kind, str) else ""
+
+
+def _content_text(value: Any, field: str) -> str:
+    if value is None or isinstance(value, str):
+        return text_of(value, field)
+    parts = array(value, field)
+    return "\n".join(t for t in (_part_text(p) for p in parts) if t)
+
+
+def _note_text(kind: str, d: dict[str, Any]) -> str:
+    """``[TYPE] what the item says`` (reasoning summary, tool name, status)."""
+    bits: list[str] = []
+    summary = d.get("summary")
+    if isinstance(summary, list):
+        bits += [t for t in (_part_text(p) for p in summary) if t]
+    content = d.get("content")
+    if isinstance(content, list):
+        bits += [t for t in (_part_text(p) for p in content) if t]
+    for name in _NOTE_FIELDS:
+        value = d.get(name)
+        if isinstance(value, str) and value:
+            bits.append(f"{name}: {value}")
+        elif isinstance(value, dict | list) and value:
+            bits.append(f"{name}: {dumps(value)}")
+    text = f"[{kind}] " + "; ".join(bits) if bits else f"[{kind}]"
+    return text[:_NOTE_CHARS]
+
+
+def from_responses(items: Any, *, field: str = "messages_json", max_depth: int = MAX_DEPTH) -> Turn:
+    """Responses input items as ctxd messages, each carrying its item as native."""
+    turn = Turn([], [])
+    names: dict[str, str] = {}
+    for i, item in enumerate(array(items, field)):
+        f = f"{field}[{i}]"
+        d = obj(item, f)
+        native = Native(NATIVE_FORMAT, dumps(d).encode())
+        kind = d.get("type")
+        if kind is not None and not isinstance(kind, str) or isinstance(kind, Num):
+            raise InvalidArgument(f"{f}.type", "must be a string")
+        if kind in (None, "message"):
+            role = d.get("role")
+            if role not in _ROLES:
+                raise InvalidArgument(
+                    f"{f}.role", f"is {role!r}; expected one of {', '.join(_ROLES)}"
+                )
+            text = _content_text(d.get("content"), f"{f}.content")
+            turn.add(Msg(_ROLES[role], text=text, native=native), f)
+        elif kind == "function_call":
+            call_id = text_of(d.get("call_id"), f"{f}.call_id", required=True)
+            if not call_id:
+                raise InvalidArgument(f"{f}.call_id", "is required (the provider's call id)")
+            name = text_of(d.get("name"), f"{f}.name", required=True)
+            args = text_of(d.get("arguments"), f"{f}.arguments")
+            names[call_id] = name
+            call = ToolCall(call_id, name, args)
+            turn.add(Msg(ASSISTANT, tool_calls=(call,), native=native), f)
+        elif kind == "function_call_output":
+            call_id = text_of(d.get("call_id"), f"{f}.call_id", required=True)
+            output = d.get("output")
+            content = output if isinstance(output, str) else dumps(output)
+            name = names.get(call_id, "")
+            turn.add(Msg(TOOL, call_id=call_id, name=name, content=content, native=native), f)
+        else:
+            turn.add(Msg(NOTE, text=_note_text(kind, d), native=native), f)
+    return turn
+
+
+def _out(m: Msg) -> list[dict[str, Any]]:
+    if m.kind == SYSTEM:
+        return [{"role": "system", "content": m.text}]
+    if m.kind == USER:
+        return [{"role": "user", "content": m.text}]
+    if m.kind == NOTE:
+        return [{"role": "user", "content": NOTE_PREFIX + m.text}]
+    if m.kind == ASSISTANT:
+        out: list[dict[str, Any]] = []
+        if m.text or not m.tool_calls:
+            out.append({"role": "assistant", "content": m.text})
+        out += [
+            {
+                "type": "function_call",
+                "call_id": c.id,
+                "name": c.name,
+                "arguments": c.arguments_json or "{}",
+            }
+            for c in m.tool_calls
+        ]
+        return out
+    if m.kind == TOOL:
+        return [{"type": "function_call_output", "call_id": m.call_id, "output": m.content}]
+    raise ValueError(f"unknown message kind {m.kind!r}")
+
+
+def item_texts(msgs: list[Msg], blocks: list[str] = ()) -> list[str]:
+    """Each output item as JSON text: stored items as stored, others converted."""
+    out = [dumps({"role": "system", "content": b}) for b in blocks]
+    for m in msgs:
+        native = m.native
+        if native is not None and native.format == NATIVE_FORMAT:
+            out.append(native.data.decode())
+        else:
+            out += [dumps(x) for x in _out(m)]
+    return out
+
+
+def to_responses_json(msgs: list[Msg], blocks: list[str] = ()) -> str:
+    """``blocks`` (summary, plan: first page only) and ``msgs`` as a JSON
+    array of Responses input items."""
+    return "[" + ",".join(item_texts(msgs, blocks)) + "]"

@@ -1,0 +1,59 @@
+"""gRPC adapter for TruncateContext and CreateContext (see core.contexts.truncation).
+
+A mixin of :class:`ctxd_sidecar.server.context_service.ContextServicer`,
+which hands it ``self.contexts`` and ``self.turns``.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
+from ctxd_sidecar.core.contexts.truncation import TranscriptEdits
+from ctxd_sidecar.core.errors import InvalidArgument
+from ctxd_sidecar.server.context_convert import (
+    FORMAT_FROM_PB,
+    expected_version,
+    fill_msg_pb,
+    info_to_pb,
+    messages_json,
+)
+
+
+class ContextEdits:
+    """TruncateContext and CreateContext."""
+
+    @cached_property
+    def edits(self) -> TranscriptEdits:
+        return TranscriptEdits(self.contexts, self.turns)
+
+    async def TruncateContext(
+        self, request: pb.TruncateContextRequest, context
+    ) -> pb.TruncateContextResponse:
+        fmt = FORMAT_FROM_PB.get(request.format)
+        if fmt is None:
+            raise InvalidArgument("format", f"unknown message format {request.format}")
+        done = await self.edits.truncate(
+            request.context_id,
+            count=request.count,
+            after_message_id=request.after_message_id,
+            expected_version=expected_version(request),
+        )
+        resp = pb.TruncateContextResponse(version=done.version, incarnation=done.incarnation)
+        for m in done.removed:
+            fill_msg_pb(resp.removed.add(), m)
+        if fmt:
+            resp.removed_json = messages_json(fmt, done.removed)
+        return resp
+
+    async def CreateContext(
+        self, request: pb.CreateContextRequest, context
+    ) -> pb.CreateContextResponse:
+        created, info = await self.edits.create(
+            request.context_id,
+            principal=request.principal,
+            model=request.model,
+            model_window=request.model_window,
+            task=request.task,
+        )
+        return pb.CreateContextResponse(created=created, info=info_to_pb(info))

@@ -1,0 +1,280 @@
+"""CtxdStore against LangGraph's own store behaviours, on a real sidecar.
+
+Adapted from langgraph ``libs/checkpoint/tests/test_store.py`` (namespace
+listing with prefix, suffix, wildcards, depth and paging; namespace
+validation through the public API and past it; filtered search with
+paging, where the semantic ``query`` is ignored), run through both the
+sync and the async API, plus what the interface asks of a TTL store:
+``created_at``/``updated_at``, TTL in minutes, refresh on read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("langgraph.store.base")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "clients" / "python"))
+
+from langgraph.store.base import InvalidNamespaceError, PutOp  # noqa: E402
+
+from ctxd_client import AsyncClient, Client  # noqa: E402
+from ctxd_client.integrations.langgraph import CtxdStore  # noqa: E402
+
+
+@pytest.fixture
+def address(start_sidecar) -> str:
+    return start_sidecar("memory://").address
+
+
+@pytest.fixture(params=["sync", "async"])
+def store(request, address):
+    """A store driven through the sync API (Client) or the async one (AsyncClient)."""
+    if request.param == "sync":
+        s = CtxdStore(Client(address))
+        yield _Sync(s)
+        s.close()
+    else:
+        yield _Async(CtxdStore(address))
+
+
+class _Sync:
+    """The store's sync API, awaited like the async one (one test body for both)."""
+
+    def __init__(self, store: CtxdStore) -> None:
+        self.store = store
+
+    def __getattr__(self, name):
+        method = getattr(self.store, name.removeprefix("a"))
+
+        async def call(*args, **kw):
+            return method(*args, **kw)
+
+        return call
+
+
+class _Async:
+    def __init__(self, store: CtxdStore) -> None:
+        self.store = store
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+
+NAMESPACES = [
+    ("a", "b", "c"),
+    ("a", "b", "d", "e"),
+    ("a", "b", "d", "i"),
+    ("a", "b", "f"),
+    ("a", "c", "f"),
+    ("b", "a", "f"),
+    ("users", "123"),
+    ("users", "456", "settings"),
+    ("admin", "users", "789"),
+]
+
+
+async def _fill(store, namespaces) -> None:
+    for i, ns in enumerate(namespaces):
+        await store.aput(ns, f"id_{i}", {"data": f"value_{i:02d}"})
+
+
+async def test_list_namespaces_basic(store):
+    await _fill(store, NAMESPACES)
+    ls = store.alist_namespaces
+    assert sorted(await ls(prefix=("a", "b"))) == sorted(NAMESPACES[:4])
+    assert sorted(await ls(suffix=("f",))) == [("a", "b", "f"), ("a", "c", "f"), ("b", "a", "f")]
+    assert sorted(await ls(prefix=("a",), suffix=("f",))) == [("a", "b", "f"), ("a", "c", "f")]
+    assert sorted(await ls(prefix=("a", "b"), max_depth=3)) == [
+        ("a", "b", "c"),
+        ("a", "b", "d"),
+        ("a", "b", "f"),
+    ]
+    assert await ls(prefix=("a", "b"), limit=2) == [("a", "b", "c"), ("a", "b", "d", "e")]
+    assert await ls(prefix=("a", "b"), offset=2) == [("a", "b", "d", "i"), ("a", "b", "f")]
+    assert sorted(await ls(prefix=("a", "*", "f"))) == [("a", "b", "f"), ("a", "c", "f")]
+    assert sorted(await ls(suffix=("*", "f"))) == [
+        ("a", "b", "f"),
+        ("a", "c", "f"),
+        ("b", "a", "f"),
+    ]  # noqa: E501
+    assert await ls(prefix=("nonexistent",)) == []
+    assert await ls(prefix=("users", "123")) == [("users", "123")]
+
+
+async def test_list_namespaces_with_wildcards(store):
+    await _fill(
+        store,
+        [
+            ("users", "123"),
+            ("users", "456"),
+            ("users", "789", "settings"),
+            ("admin", "users", "789"),
+            ("guests", "123"),
+            ("guests", "456", "preferences"),
+        ],
+    )
+    ls = store.alist_namespaces
+    assert sorted(await ls(prefix=("users", "*"))) == [
+        ("users", "123"),
+        ("users", "456"),
+        ("users", "789", "settings"),
+    ]
+    assert await ls(suffix=("*", "preferences")) == [("guests", "456", "preferences")]
+    assert await ls(prefix=("*", "users"), suffix=("*", "settings")) == []
+
+
+async def test_list_namespaces_pagination_depth_and_empty(store):
+    assert await store.alist_namespaces() == []
+    for i in range(20):
+        await store.aput(("namespace", f"sub_{i:02d}"), f"id_{i:02d}", {"i": i})
+    for offset in (0, 5, 15):
+        got = await store.alist_namespaces(prefix=("namespace",), limit=5, offset=offset)
+        assert got == [("namespace", f"sub_{i:02d}") for i in range(offset, offset + 5)]
+    await _fill(store, [("a", "b", "c", "d"), ("a", "g"), ("h", "i", "j", "k")])
+    assert sorted(await store.alist_namespaces(max_depth=2)) == [
+        ("a", "b"),
+        ("a", "g"),
+        ("h", "i"),
+        ("namespace", "sub_00"),
+    ] + [("namespace", f"sub_{i:02d}") for i in range(1, 20)]
+
+
+async def test_namespace_rules_of_the_public_api_and_past_it(store):
+    doc = {"foo": "bar"}
+    for bad in [(), ("the", "thing.about"), ("some", "fun", ""), ("langgraph", "foo")]:
+        with pytest.raises(InvalidNamespaceError):
+            await store.aput(bad, "foo", doc)
+    ns = ("foo", "langgraph", "foo")
+    await store.aput(ns, "bar", doc)
+    assert (await store.aget(ns, "bar")).value == doc
+    assert (await store.asearch(ns))[0].value == doc
+    await store.adelete(ns, "bar")
+    assert await store.aget(ns, "bar") is None
+    # Past the public API a "langgraph" root is allowed, as in LangGraph's stores.
+    await store.abatch([PutOp(("langgraph", "foo"), "bar", doc)])
+    assert (await store.aget(("langgraph", "foo"), "bar")).value == doc
+    await store.adelete(("langgraph", "foo"), "bar")
+    assert await store.aget(("langgraph", "foo"), "bar") is None
+
+
+DOCS = [
+    ("doc1", {"text": "red apple", "color": "red", "score": 4.5, "tags": {"kind": "fruit"}}),
+    ("doc2", {"text": "red car", "color": "red", "score": 3.0, "tags": {"kind": "vehicle"}}),
+    ("doc3", {"text": "green apple", "color": "green", "score": 4.0, "tags": {"kind": "fruit"}}),
+    ("doc4", {"text": "blue car", "color": "blue", "score": 3.5, "tags": {"kind": "vehicle"}}),
+]
+
+
+async def test_search_with_filters_and_paging(store):
+    for key, value in DOCS:
+        await store.aput(("test",), key, value)
+    await store.aput(("test", "deeper"), "doc5", {"color": "red", "score": 1})
+    await store.aput(("testing",), "doc6", {"color": "red"})  # not under ("test",)
+    keys = lambda items: [i.key for i in items]  # noqa: E731
+    assert keys(await store.asearch(("test",), filter={"color": "red"})) == ["doc1", "doc2", "doc5"]  # noqa: E501
+    assert keys(await store.asearch(("test",), filter={"score": {"$gt": 3.2}})) == [
+        "doc1",
+        "doc3",
+        "doc4",
+    ]  # noqa: E501
+    both = {"score": {"$gte": 4.0}, "color": "green"}
+    assert keys(await store.asearch(("test",), filter=both)) == ["doc3"]
+    assert keys(await store.asearch(("test",), filter={"tags": {"kind": "vehicle"}})) == [
+        "doc2",
+        "doc4",
+    ]  # noqa: E501
+    assert keys(await store.asearch(("test",), filter={"color": {"$ne": "red"}})) == [
+        "doc3",
+        "doc4",
+    ]  # noqa: E501
+    page1 = await store.asearch(("test",), limit=2)
+    page2 = await store.asearch(("test",), limit=2, offset=2)
+    assert keys(page1) == ["doc1", "doc2"] and keys(page2) == ["doc3", "doc4"]
+    assert len(await store.asearch(("test",), limit=10)) == 5
+    # No semantic index: a query neither narrows nor fails.
+    for query in ("", None, "test " * 100, "test!@#$%^&*()"):
+        assert len(await store.asearch(("test",), query=query, limit=10)) == 5
+    item = (await store.asearch(("test", "deeper")))[0]
+    assert item.namespace == ("test", "deeper") and item.value == {"color": "red", "score": 1}
+
+
+async def test_created_at_stays_updated_at_moves(store):
+    await store.aput(("t",), "k", {"v": 1})
+    first = await store.aget(("t",), "k")
+    time.sleep(0.01)
+    await store.aput(("t",), "k", {"v": 2})
+    second = await store.aget(("t",), "k")
+    assert second.value == {"v": 2}
+    assert second.created_at == first.created_at
+    assert second.updated_at > first.updated_at >= first.created_at
+
+
+async def test_any_text_in_labels_and_keys(store):
+    ns = ("user name with spaces", "emoji 🚀", "per%cent", "til~de", "a/b")
+    keys = ["", "key with spaces", "dots.in.key", "~", "%", "slash/key"]
+    for i, key in enumerate(keys):
+        await store.aput(ns, key, {"i": i})
+    for i, key in enumerate(keys):
+        assert (await store.aget(ns, key)).value == {"i": i}
+    assert await store.alist_namespaces(prefix=ns[:2]) == [ns]
+    assert sorted(i.key for i in await store.asearch(ns, limit=20)) == sorted(keys)
+
+
+def test_ttl_in_minutes_with_refresh_on_read(address):
+    store = CtxdStore(Client(address), ttl={"default_ttl": 10, "refresh_on_read": True})
+    raw = Client(address)
+    key = store._key(("ttl",), "k")
+    store.put(("ttl",), "k", {"v": 1})
+    rec = raw.memory_get(key)
+    assert 599_000 <= rec.expires_at_ms - rec.updated_ms <= 600_000
+    time.sleep(0.01)
+    store.get(("ttl",), "k", refresh_ttl=False)
+    assert raw.memory_get(key).expires_at_ms == rec.expires_at_ms
+    store.get(("ttl",), "k")  # refreshes
+    refreshed = raw.memory_get(key)
+    assert refreshed.expires_at_ms > rec.expires_at_ms
+    assert json.loads(refreshed.value_json)["v"] == {"v": 1}
+    store.search(("ttl",))  # searching refreshes too
+    assert raw.memory_get(key).expires_at_ms >= refreshed.expires_at_ms
+    store.put(("ttl",), "forever", {"v": 2}, ttl=None)
+    assert raw.memory_get(store._key(("ttl",), "forever")).expires_at_ms == 0
+    store.put(("ttl",), "short", {"v": 3}, ttl=1 / 60)  # one second
+    time.sleep(1.2)
+    assert store.get(("ttl",), "short") is None
+    store.close()
+    raw.close()
+
+
+async def test_async_client_and_concurrent_puts(address):
+    client = AsyncClient(address)
+    store = CtxdStore(client)
+    await asyncio.gather(*(store.aput(("c",), f"k{i}", {"i": i}) for i in range(30)))
+    await asyncio.gather(*(store.adelete(("c",), f"k{i}") for i in range(0, 30, 2)))
+    got = await store.asearch(("c",), limit=100)
+    assert sorted(i.value["i"] for i in got) == list(range(1, 30, 2))
+    # One batch: reads see the state before its puts; the last put of a key wins.
+    out = await store.abatch(
+        [
+            PutOp(("c",), "x", {"n": 1}),
+            PutOp(("c",), "x", {"n": 2}),
+        ]
+    )
+    assert out == [None, None]
+    assert (await store.aget(("c",), "x")).value == {"n": 2}
+    await client.close()
+
+
+def test_a_key_too_long_for_ctxd_is_refused_clearly(address):
+    from ctxd_client.errors import InvalidArgument
+
+    store = CtxdStore(address)
+    with pytest.raises(InvalidArgument) as bad:
+        store.put(("n",), "k" * 300, {"v": 1})
+    assert "key" in str(bad.value)
+    store.close()
