@@ -4,7 +4,10 @@ Deterministic rules over the folded messages (each entry one clipped line,
 identifiers kept; each list keeps its newest ``cap`` entries):
 
 * user messages: the first sentence that is not a question goes to
-  ``goals``, questions go to ``open`` ("asked: …");
+  ``goals``, questions go to ``open`` ("asked: …") unless an assistant
+  reply with text follows them in the folded span (then they were
+  answered); such a reply also closes the ``asked:`` items of the summary
+  so far (``closed``): the conversation went on past them;
 * assistant text: sentences naming pending work (todo, next, pending, still
   need, follow up, waiting, blocked) go to ``open``; sentences with a
   decision word (decided, will, going to, chose, use, switch, instead,
@@ -77,12 +80,17 @@ class ExtractiveSummariser:
         self.cap = cap
 
     async def summarise(self, request: SummaryRequest) -> Summary:
-        return extract(request.messages, self.cap)
+        return extract(request.messages, self.cap, previous=request.previous)
 
 
-def extract(messages: Sequence[MessageView], cap: int = DEFAULT_CAP) -> Summary:
-    """The extractive summary of ``messages`` (module docstring)."""
+def extract(
+    messages: Sequence[MessageView], cap: int = DEFAULT_CAP, previous: Summary | None = None
+) -> Summary:
+    """The extractive summary of ``messages`` (module docstring); ``previous``:
+    the summary so far, whose questions a reply here closes."""
     out = Summary()
+    asked: list[str] = []  # questions no reply has followed yet
+    replied = False
     for m in messages:
         if m.kind == "user":
             text = m.text.strip()
@@ -96,8 +104,10 @@ def extract(messages: Sequence[MessageView], cap: int = DEFAULT_CAP) -> Summary:
                 asks, questions = _sentences(text, first=True), []
             if asks:
                 out.goals.append(_entry(prefix + asks[0]))
-            out.open.extend(_entry(f"{prefix}asked: {q}") for q in questions[:PER_MESSAGE])
+            asked.extend(_entry(f"{prefix}asked: {q}") for q in questions[:PER_MESSAGE])
         elif m.kind == "assistant":
+            if m.text.strip():
+                asked, replied = [], True  # answered (or at least taken up)
             # Most messages name no pending work and no decision: substring
             # checks of the whole text say so without a regex.
             if not _may_name_work(m.text.lower()):
@@ -117,6 +127,9 @@ def extract(messages: Sequence[MessageView], cap: int = DEFAULT_CAP) -> Summary:
             out.facts.append(_entry(f"{m.name}#{m.call_id}: {verb}{result}"))
         elif m.text.strip():  # system, note
             out.facts.append(_entry(f"{m.kind}: {m.text.strip()}"))
+    out.open.extend(asked)
+    if replied and previous is not None:
+        out.closed = [item for item in previous.open if "asked: " in item]
     for name in ("goals", "decisions", "open", "facts"):
         items = [item for item in getattr(out, name) if item]
         setattr(out, name, _dedupe(items)[-cap:])

@@ -146,6 +146,8 @@ def served(method: str, *codes: str) -> float:
 
 def test_a_whole_turn_is_one_call(client):
     client.append_turn("one", _turn(0))
+    # A long reply, so that folding saves more than the summary takes.
+    client.append_turn("one", [{"assistant": {"text": "worked it out. " + "lorem " * 80}}])
     held = client.slice("one")
     reads = served("GetContext")
     t = client.turn("one", _turn(1), since_version=held.version, idempotency_key="t1")
@@ -156,7 +158,7 @@ def test_a_whole_turn_is_one_call(client):
     held.extend(t.next.messages)
     assert list(held) == list(client.slice("one"))
     # Reshaped (compacted): the whole slice, every page, replaces what was held.
-    client.compact("one", keep_last=2)
+    assert client.compact("one", keep_last=2).compacted
     t = client.turn("one", _turn(2), since_version=t.appended.version, page_size=2)
     assert t.next.change == "replace" and t.next.messages[0].id == "summary"
     assert list(t.next.messages) == list(client.slice("one"))

@@ -18,6 +18,9 @@ from tests.support.compaction import append, assistant, openai_settings, tool, u
 from tests.support.contexts import bad_field
 from tests.support.fake_openai import FakeOpenAI
 
+#: Replies long enough that folding them saves more than their summary takes
+#: (a compaction never makes a context larger).
+FILLER = "lorem ipsum dolor sit amet " * 8
 TRANSCRIPT = Path(__file__).parents[2] / "bench" / "transcripts" / "ops_session.json"
 
 
@@ -62,9 +65,11 @@ def slice_text(msgs: list[pb.Message]) -> str:
 # -- open calls ----------------------------------------------------------------------------------
 def test_an_open_call_is_never_folded_and_its_late_result_lands(start_sidecar, uri):
     sc = start_sidecar(uri)
-    append(sc, "job", user("start the export"), assistant("started", ("job-1", "export")))
+    append(
+        sc, "job", user(f"start the export. {FILLER}"), assistant("started", ("job-1", "export"))
+    )
     for i in range(5):
-        append(sc, "job", user(f"meanwhile {i}"), assistant(f"answer {i}"))
+        append(sc, "job", user(f"meanwhile {i}"), assistant(f"answer {i}: {FILLER}"))
     r = compact(sc, "job", keep_last=2)
     # Folding anything would fold the call that still waits for its result.
     assert not r.compacted and "job-1" in r.reason, r.reason
@@ -76,9 +81,11 @@ def test_an_open_call_is_never_folded_and_its_late_result_lands(start_sidecar, u
 
 def test_an_abandoned_call_is_folded_and_still_takes_a_late_result(start_sidecar, uri):
     sc = start_sidecar(uri, compaction__open_call_max_turns=2)
-    append(sc, "job", user("start the export"), assistant("started", ("job-1", "export")))
+    append(
+        sc, "job", user(f"start the export. {FILLER}"), assistant("started", ("job-1", "export"))
+    )
     for i in range(4):
-        append(sc, "job", user(f"meanwhile {i}"), assistant(f"answer {i}"))
+        append(sc, "job", user(f"meanwhile {i}"), assistant(f"answer {i}: {FILLER}"))
     r = compact(sc, "job", keep_last=2)
     assert r.compacted, r.reason
     assert any("job-1" in item and "abandoned" in item for item in r.summary.open)
@@ -103,9 +110,11 @@ def test_a_late_result_between_plan_and_apply_aborts_the_apply(start_sidecar, ur
     refuse that), so the apply is ABORTED and nothing changes; a new plan
     keeps the call with its result."""
     sc = start_sidecar(uri, compaction__open_call_max_turns=2, contexts__auto_compact=False)
-    append(sc, "job", user("start the export"), assistant("started", ("job-1", "export")))
+    append(
+        sc, "job", user(f"start the export. {FILLER}"), assistant("started", ("job-1", "export"))
+    )
     for i in range(4):
-        append(sc, "job", user(f"meanwhile {i}"), assistant(f"answer {i}"))
+        append(sc, "job", user(f"meanwhile {i}"), assistant(f"answer {i}: {FILLER}"))
     plan = sc.contexts.PlanCompaction(pb.PlanCompactionRequest(context_id="job", keep_last=2))
     assert plan.fold_count > 0
     append(sc, "job", tool("job-1", "export", {"rows": 42}))

@@ -203,7 +203,7 @@ def test_apply_aborts_only_when_the_folded_prefix_changed(start_sidecar, uri):
 
 def test_apply_evicts_skills_the_kept_window_no_longer_references(start_sidecar, uri):
     sc = start_sidecar(uri)
-    append(sc, "sk", user("use @skill:alpha and @skill:beta"), assistant("ok"))
+    append(sc, "sk", user("use @skill:alpha and @skill:beta"), assistant("ok " + "lorem " * 40))
     handle = sc.extra["handle"]
     service = sc.extra["sidecar"].domain.contexts
 

@@ -72,7 +72,8 @@ def test_a_late_result_of_an_abandoned_call_lands_once(start_sidecar, store_uri_
     c = sc.contexts
     append(c, "job", user("start the export"), assistant("started", CALL))
     for i in range(4):
-        append(c, "job", user(f"meanwhile {i}"), assistant(f"answer {i}"))
+        # Long replies: the compaction saves more than the summary takes.
+        append(c, "job", user(f"meanwhile {i}"), assistant(f"answer {i}: " + "lorem " * 30))
     r = c.Compact(pb.CompactRequest(context_id="job", keep_last=2), timeout=30)
     assert r.compacted and any("D1" in item for item in r.summary.open)
     # Two late results in one turn: the second is refused.

@@ -167,7 +167,8 @@ def test_a_watcher_on_b_sees_what_a_commits(spawn_sidecar, store_uri_for, backen
     threading.Thread(target=read, daemon=True).start()
     time.sleep(0.5)
     for i in range(3):
-        append(a.contexts, "conv", user(f"turn {i} via A"))
+        # Long enough that the compaction saves more than the summary takes.
+        append(a.contexts, "conv", user(f"turn {i} via A. " + "lorem " * 40))
     a.contexts.Compact(pb.CompactRequest(context_id="conv", keep_last=1))
     a.contexts.DeleteContext(pb.DeleteContextRequest(context_id="conv"))
     seen = []

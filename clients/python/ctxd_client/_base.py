@@ -138,6 +138,7 @@ class _Verbs:
         format: str = "ctxd",
         cache_breakpoint: bool = False,
         page_size: int = 0,
+        without_summary_blocks: bool = False,
         idempotency_key: str | None = None,
         expected_version: int | None = None,
         principal: str = "",
@@ -153,7 +154,12 @@ class _Verbs:
         is the AppendTurnResponse, ``.next`` the SliceDelta: with "append",
         extend what you hold with ``.next.messages`` (your turn as stored,
         ids included); with "replace", hold ``.next.messages`` instead;
-        pass ``.next.version`` as the next ``since_version``."""
+        pass ``.next.version`` as the next ``since_version``.
+
+        A runtime that sends :meth:`render_prompt`'s prompt as its system
+        prompt passes ``without_summary_blocks=True``: that prompt carries
+        the summary and plan, so the slice leaves them out and each request
+        holds them once."""
         return self._run(
             ops.turn(
                 context_id,
@@ -163,6 +169,7 @@ class _Verbs:
                 format=format,
                 cache_breakpoint=cache_breakpoint,
                 page_size=page_size,
+                without_summary_blocks=without_summary_blocks,
                 idempotency_key=idempotency_key,
                 expected_version=expected_version,
                 principal=principal,
@@ -184,6 +191,7 @@ class _Verbs:
         consistency: int | str | None = None,
         page_size: int = 0,
         cache_breakpoint: bool = False,
+        without_summary_blocks: bool = False,
         last_n: int = 0,
         timeout: float | None = None,
     ) -> ops.SliceMessages | ops.SliceDelta:
@@ -210,6 +218,7 @@ class _Verbs:
                 consistency=consistency,
                 page_size=page_size,
                 cache_breakpoint=cache_breakpoint,
+                without_summary_blocks=without_summary_blocks,
                 last_n=last_n,
             ),
             timeout,

@@ -210,6 +210,7 @@ def turn(
     format: str = "ctxd",
     cache_breakpoint: bool = False,
     page_size: int = 0,
+    without_summary_blocks: bool = False,
     **options,
 ) -> Op:
     """AppendTurn with the slice read in the same call (AppendTurnRequest.read);
@@ -217,7 +218,9 @@ def turn(
     not answer the read (an older API) gets the GetContext read instead.
     ``options`` are those of :func:`append_turn`."""
     req = _turn_request(context_id, messages, format=format, **options)
-    read = _slice_request(context_id, format, None, page_size, cache_breakpoint)
+    read = _slice_request(
+        context_id, format, None, page_size, cache_breakpoint, without_summary_blocks
+    )
     _since(read, since_version, since_incarnation)
     if _has(pb.AppendTurnRequest, "read"):
         req.read.CopyFrom(read)  # type: ignore[attr-defined]
@@ -304,6 +307,7 @@ def _slice_request(
     consistency: int | str | None,
     page_size: int,
     cache_breakpoint: bool,
+    without_summary_blocks: bool = False,
 ) -> pb.GetContextRequest:
     req = pb.GetContextRequest(
         context_id=context_id,
@@ -311,6 +315,11 @@ def _slice_request(
         consistency=enum_value(pb.ReadConsistency, "READ_CONSISTENCY_", consistency),
         page_size=page_size,
     )
+    if without_summary_blocks:
+        # The runtime sends RenderPrompt's prompt, whose tail has the summary and plan.
+        if not _has(pb.GetContextRequest, "without_summary_blocks"):
+            raise CtxdError("this sidecar's API cannot leave the summary blocks out")
+        req.without_summary_blocks = True  # type: ignore[attr-defined]
     if format != "ctxd":
         value = _format_value(format)
         has = _has(pb.GetContextRequest, "format") and _has(pb.GetContextResponse, "messages_json")
@@ -357,9 +366,12 @@ def slice_(
     consistency: int | str | None = None,
     page_size: int = 0,
     cache_breakpoint: bool = False,
+    without_summary_blocks: bool = False,
     last_n: int = 0,
 ) -> Op:
-    req = _slice_request(context_id, format, consistency, page_size, cache_breakpoint)
+    req = _slice_request(
+        context_id, format, consistency, page_size, cache_breakpoint, without_summary_blocks
+    )
     _last_n(req, last_n)
     if since_version is not None:
         _since(req, since_version, since_incarnation)

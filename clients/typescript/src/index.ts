@@ -178,6 +178,22 @@ function big(v: number | bigint | undefined): bigint | undefined {
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
+/**
+ * For a runtime that sends ``renderPrompt``'s prompt as its system prompt: that prompt's tail
+ * carries the summary and plan, so the slice leaves its summary and plan blocks out
+ * (GetContextRequest.without_summary_blocks) and each request holds them exactly once.
+ */
+export interface WithoutSummary {
+  withoutSummaryBlocks?: boolean;
+}
+
+function withoutSummary(init: Record<string, unknown>, options: WithoutSummary): void {
+  if (!options.withoutSummaryBlocks) return;
+  const field = pb.GetContextRequestSchema.fields.find((f) => f.name === "without_summary_blocks");
+  if (!field) throw new CtxdError("this sidecar's API cannot leave the summary blocks out");
+  init[field.localName] = true;
+}
+
 /** What ``appendTurn`` (and ``turn``) take besides the messages. */
 export interface TurnOptions {
   idempotencyKey?: string;
@@ -269,20 +285,22 @@ export class CtxdClient {
   async turn(
     contextId: string,
     messages: MessageInput[],
-    options: Since & { pageSize?: number } & TurnOptions & Call,
+    options: Since & { pageSize?: number } & WithoutSummary & TurnOptions & Call,
   ): Promise<Turn> {
-    const read = {
+    const read: Record<string, unknown> = {
       contextId,
       view: pb.ContextView.SLICE,
       sinceVersion: big(options.sinceVersion),
       sinceIncarnation: options.sinceIncarnation,
       pageSize: options.pageSize,
     };
+    withoutSummary(read, options);
     const req = turnRequest(contextId, messages, options);
-    req.read = create(pb.GetContextRequestSchema, read);
+    const init = read as MessageInitShape<typeof pb.GetContextRequestSchema>;
+    req.read = create(pb.GetContextRequestSchema, init);
     const appended = await this.unary((o) => this.contexts.appendTurn(req, o), options, true);
     // Later pages continue the turn's read; a sidecar without it (an older API) is read here whole.
-    const pages = await this.pages(read, options, appended.read);
+    const pages = await this.pages(init, options, appended.read);
     const next = { ...versionOf(pages[0]), messages: pages.flatMap((p) => p.slice) };
     return { appended, next: { ...next, change: CHANGES[pages[0].change] ?? "replace" } };
   }
@@ -322,7 +340,8 @@ export class CtxdClient {
   async providerSlice(
     contextId: string,
     format: ProviderFormat,
-    options: Partial<Since> & { pageSize?: number; cacheBreakpoint?: boolean; lastN?: number } & Call = {},
+    options: Partial<Since> & { pageSize?: number; cacheBreakpoint?: boolean; lastN?: number } & WithoutSummary &
+      Call = {},
   ): Promise<ProviderSlice> {
     const value = providerFormat(format, pb.GetContextResponseSchema, "messages_json");
     const init: Record<string, unknown> = {
@@ -337,6 +356,7 @@ export class CtxdClient {
     if (field) init[field.localName] = value;
     const breakpoint = pb.GetContextRequestSchema.fields.find((f) => f.name === "cache_breakpoint");
     if (breakpoint && options.cacheBreakpoint) init[breakpoint.localName] = true;
+    withoutSummary(init, options);
     const pages = await this.pages(init as MessageInitShape<typeof pb.GetContextRequestSchema>, options);
     const messages: unknown[] = [];
     let system: unknown = undefined;
@@ -380,23 +400,22 @@ export class CtxdClient {
   }
 
   /** What changed since ``sinceVersion`` (of ``sinceIncarnation``): append or replace what you hold. */
-  async slice(contextId: string, options: Since & { pageSize?: number } & Call): Promise<SliceDelta>;
+  async slice(contextId: string, options: Since & { pageSize?: number } & WithoutSummary & Call): Promise<SliceDelta>;
   /** The slice to send to a model (all pages). */
-  async slice(contextId: string, options?: { pageSize?: number } & Call): Promise<Slice>;
+  async slice(contextId: string, options?: { pageSize?: number } & WithoutSummary & Call): Promise<Slice>;
   async slice(
     contextId: string,
-    options: Partial<Since> & { pageSize?: number } & Call = {},
+    options: Partial<Since> & { pageSize?: number } & WithoutSummary & Call = {},
   ): Promise<Slice | SliceDelta> {
-    const pages = await this.pages(
-      {
-        contextId,
-        view: pb.ContextView.SLICE,
-        pageSize: options.pageSize,
-        sinceVersion: big(options.sinceVersion),
-        sinceIncarnation: options.sinceIncarnation,
-      },
-      options,
-    );
+    const init: Record<string, unknown> = {
+      contextId,
+      view: pb.ContextView.SLICE,
+      pageSize: options.pageSize,
+      sinceVersion: big(options.sinceVersion),
+      sinceIncarnation: options.sinceIncarnation,
+    };
+    withoutSummary(init, options);
+    const pages = await this.pages(init as MessageInitShape<typeof pb.GetContextRequestSchema>, options);
     const out: Slice = { ...versionOf(pages[0]), messages: pages.flatMap((p) => p.slice) };
     if (options.sinceVersion === undefined) return out;
     return { ...out, change: CHANGES[pages[0].change] ?? "replace" };

@@ -16,6 +16,11 @@ function turn(i: number): MessageInput[] {
   ];
 }
 
+// Turns long enough that a compaction saves more than its summary takes (it never grows a context).
+function padded(i: number): MessageInput[] {
+  return [...turn(i), { assistant: { text: `worked it out step by step ${"lorem ipsum ".repeat(30)}` } }];
+}
+
 test("turns, whole slices and incremental slices", async () => {
   const cid = `${run}-slice`;
   let last;
@@ -43,15 +48,15 @@ test("turns, whole slices and incremental slices", async () => {
 
 test("a whole turn in one call: append, then what changed in the slice", async () => {
   const cid = `${run}-turn`;
-  await client.appendTurn(cid, turn(0));
+  await client.appendTurn(cid, padded(0));
   const held = await client.slice(cid);
-  const t = await client.turn(cid, turn(1), { sinceVersion: held.version });
+  const t = await client.turn(cid, padded(1), { sinceVersion: held.version });
   assert.equal(t.next.change, "append");
   assert.deepEqual(t.next.messages.map((m) => m.id), t.appended.messageIds);
   assert.equal(t.next.version, t.appended.version);
   const now = await client.slice(cid);
   assert.deepEqual([...held.messages, ...t.next.messages].map((m) => m.id), now.messages.map((m) => m.id));
-  await client.compact(cid, { keepLast: 2 });
+  assert.ok((await client.compact(cid, { keepLast: 2 })).compacted);
   const replaced = await client.turn(cid, turn(2), { sinceVersion: t.appended.version, pageSize: 2 });
   assert.equal(replaced.next.change, "replace");
   assert.equal(replaced.next.messages[0].id, "summary");
@@ -98,6 +103,25 @@ test("compaction by the runtime's own model, then expanded", async () => {
   assert.equal(BigInt(expanded.messages.length), applied.folded);
   const slice = await client.slice(cid);
   assert.equal(slice.messages[0].id, "summary");
+  await client.delete(cid);
+});
+
+test("the summary and plan once per request: RenderPrompt's prompt and the slice without them", async () => {
+  const cid = `${run}-once`;
+  for (let i = 0; i < 8; i += 1) await client.appendTurn(cid, padded(i));
+  const plan = await client.planCompaction(cid, { keepLast: 4 });
+  await client.applyCompaction(cid, plan.planRef, { goals: ["squares-goal"], decisions: [], open: [], facts: [] });
+  const prompt = (await client.renderPrompt(cid)).prompt;
+  assert.ok(prompt.includes("squares-goal"));
+  const held = await client.slice(cid, { withoutSummaryBlocks: true });
+  assert.ok(held.messages.every((m) => m.id !== "summary"));
+  const since = { sinceVersion: held.version, sinceIncarnation: held.incarnation };
+  const t = await client.turn(cid, turn(9), { ...since, withoutSummaryBlocks: true });
+  const text = JSON.stringify([...held.messages, ...t.next.messages], (_k, v) => (typeof v === "bigint" ? `${v}` : v));
+  assert.equal(t.next.change, "append");
+  assert.ok(!text.includes("squares-goal"));
+  const json = await client.providerSlice(cid, "anthropic", { withoutSummaryBlocks: true, cacheBreakpoint: true });
+  assert.ok(!JSON.stringify([json.messages, json.system ?? []]).includes("squares-goal"));
   await client.delete(cid);
 });
 

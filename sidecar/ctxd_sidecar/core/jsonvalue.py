@@ -8,6 +8,9 @@ provider conversions) can rely on what it gets:
 * nesting at most ``max_depth`` levels of arrays/objects (:data:`MAX_DEPTH`
   unless a setting says otherwise), checked on the text *before* parsing,
   so no document reaches a recursive parser deeper than that;
+* strings are valid Unicode: a lone surrogate escape (``"\\ud800"``) is
+  refused, since no UTF-8 text (a protobuf string, a stored record) can
+  carry it;
 * numbers are never converted: an integer of any length and ``1.10`` are
   accepted alike everywhere and come back byte for byte (the text is stored
   as sent; parsing only proves it is JSON).
@@ -76,6 +79,8 @@ _strict_decoder = json.JSONDecoder(
     parse_float=_finite,
     object_pairs_hook=_no_duplicates,
 )
+#: A surrogate escape: the text may carry a lone one (checked after decoding).
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 _STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
@@ -110,7 +115,7 @@ def parse_json(
     if text.count("[") + text.count("{") > max_depth and nesting_depth(text) > max_depth:
         raise InvalidArgument(field, f"nests deeper than {max_depth} levels (the limit)")
     try:
-        return (_strict_decoder if strict else _decoder).decode(text)
+        value = (_strict_decoder if strict else _decoder).decode(text)
     except _NonStandardConstant as exc:
         raise InvalidArgument(field, f"{exc} is not valid JSON (use null or a string)") from None
     except _NotFinite as exc:
@@ -125,6 +130,37 @@ def parse_json(
         raise InvalidArgument(
             field, f"is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from None
+    check_unicode(value, text, field=field)
+    return value
+
+
+def check_unicode(value: Any, text: str, *, field: str) -> None:
+    """Refuse ``value`` (decoded from ``text``) when a string in it holds a
+    lone surrogate. Only text with a surrogate escape is checked, so valid
+    documents cost one regex scan."""
+    if not _SURROGATE_ESCAPE.search(text):
+        return
+    try:
+        encode_compact(value)
+    except UnicodeEncodeError:
+        raise InvalidArgument(
+            field,
+            "has a lone surrogate escape (such as \\ud800); JSON strings must be valid "
+            "Unicode (escape a pair, or send the character itself)",
+        ) from None
+
+
+def loads_bounded(text: str, *, field: str, max_depth: int = MAX_DEPTH) -> Any:
+    """``json.loads`` for text read leniently (numbers converted, duplicate
+    keys allowed) but with the same nesting bound and Unicode rule."""
+    if text.count("[") + text.count("{") > max_depth and nesting_depth(text) > max_depth:
+        raise InvalidArgument(field, f"nests deeper than {max_depth} levels (the limit)")
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise InvalidArgument(field, f"nests deeper than {max_depth} levels (the limit)") from None
+    check_unicode(value, text, field=field)
+    return value
 
 
 def validate_json(text: str, *, max_depth: int = MAX_DEPTH, field: str = "value_json") -> None:

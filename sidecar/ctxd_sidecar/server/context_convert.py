@@ -252,11 +252,11 @@ def slice_blocks_pb(st: ContextState) -> list[pb.Message]:
     return out
 
 
-def fill_slice_pb(out, st: ContextState, page=None) -> None:
-    """Summary block, plan block (system messages, leading the first page),
-    then the transcript (``page``'s messages when paged), appended to the
-    repeated field ``out``."""
-    if page is None or page.first:
+def fill_slice_pb(out, st: ContextState, page=None, blocks: bool = True) -> None:
+    """Summary block, plan block (system messages, leading the first page,
+    unless ``blocks`` is False), then the transcript (``page``'s messages
+    when paged), appended to the repeated field ``out``."""
+    if blocks and (page is None or page.first):
         summary = st.summary.render()
         if summary:
             out.add(
@@ -433,23 +433,27 @@ def turn_from_json(request: pb.AppendTurnRequest) -> providers.Turn:
     turn = providers.Turn([], [])
     # Parsed again by protobuf's own reader, which keeps its numbers exact.
     for i, item in enumerate(json.loads(request.messages_json)):
+        if not isinstance(item, dict):
+            raise InvalidArgument(f"messages_json[{i}]", "must be a JSON object (a Message)")
         m = pb.Message()
         try:
             json_format.ParseDict(item, m)
-        except json_format.ParseError as exc:
+        except (json_format.ParseError, TypeError, ValueError, AttributeError) as exc:
             raise InvalidArgument(f"messages_json[{i}]", str(exc)) from None
         turn.add(msg_from_pb(m), f"messages_json[{i}]")
     return turn
 
 
-def slice_json(fmt: str, st: ContextState, page, cache_breakpoint: bool) -> tuple[str, str]:
+def slice_json(
+    fmt: str, st: ContextState, page, cache_breakpoint: bool, *, blocks: bool = True
+) -> tuple[str, str]:
     """``(messages_json, system_json)`` of one slice page in ``fmt``."""
     if fmt != providers.CTXD:
         return providers.render_slice(
-            fmt, st, page.messages, first=page.first, cache_breakpoint=cache_breakpoint
+            fmt, st, page.messages, first=page.first and blocks, cache_breakpoint=cache_breakpoint
         )
     holder = pb.GetContextResponse()
-    fill_slice_pb(holder.slice, st, page)
+    fill_slice_pb(holder.slice, st, page, blocks)
     items = [json_format.MessageToDict(m) for m in holder.slice]
     return json.dumps(items, ensure_ascii=False, separators=(",", ":")), ""
 

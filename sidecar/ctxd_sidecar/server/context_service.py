@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 from ctxd_sidecar.api.ctxd.v1 import context_pb2_grpc
+from ctxd_sidecar.core import providers
 from ctxd_sidecar.core.contexts import views
 from ctxd_sidecar.core.contexts.compaction import Compactor
 from ctxd_sidecar.core.contexts.deletion import Deletion
@@ -21,6 +22,7 @@ from ctxd_sidecar.core.contexts.service import ContextService
 from ctxd_sidecar.core.contexts.skillset import SkillSet
 from ctxd_sidecar.core.contexts.turns import TurnRequest, Turns
 from ctxd_sidecar.core.errors import CtxdError, InvalidArgument, Unavailable
+from ctxd_sidecar.core.providers import pages as provider_pages
 from ctxd_sidecar.core.providers import relabel
 from ctxd_sidecar.server import wire
 from ctxd_sidecar.server.context_convert import (
@@ -145,14 +147,22 @@ def _json_page(read: _Read, st, page: views.Page) -> tuple[views.Page, tuple[str
     can take several times as much (``\u0001``, quotes in JSON text)."""
     request = read.request
     while True:
-        out = slice_json(read.fmt, st, page, request.cache_breakpoint)
+        out = slice_json(
+            read.fmt, st, page, request.cache_breakpoint, blocks=not request.without_summary_blocks
+        )
         count = len(page.messages)
         if count <= 1 or sum(len(x) for x in out) * 4 <= JSON_PAGE_BYTES:
             return page, out  # four bytes a character at most: no need to encode
         if sum(len(x.encode()) for x in out) <= JSON_PAGE_BYTES:
             return page, out
         page = views.read(
-            st, read.view, size=count // 2, token=request.page_token, since=read.since
+            st,
+            read.view,
+            size=count // 2,
+            token=request.page_token,
+            since=read.since,
+            incarnation=read.incarnation,
+            last=request.last_n,
         )
 
 
@@ -245,6 +255,21 @@ class ContextServicer(ContextEdits, context_pb2_grpc.ContextServiceServicer):
         resp = pb.GetContextResponse(info=info_to_pb(st.info()))
         if view == "info":
             return resp
+        if read.fmt in (providers.OPENAI, providers.ANTHROPIC) and not request.last_n:
+            # Cut from the rendered request, so pages and deltas join validly.
+            jp = provider_pages.read(
+                read.fmt,
+                st,
+                size=request.page_size,
+                token=request.page_token,
+                since=read.since,
+                incarnation=read.incarnation,
+                mark=request.cache_breakpoint,
+                blocks=not request.without_summary_blocks,
+            )
+            resp.messages_json, resp.system_json = jp.messages_json, jp.system_json
+            resp.next_page_token, resp.change = jp.next_token, _CHANGE[jp.change]
+            return resp
         page = views.read(
             st,
             view,
@@ -265,7 +290,7 @@ class ContextServicer(ContextEdits, context_pb2_grpc.ContextServiceServicer):
             return wire.full_reply(resp, meta, page.messages)
         if read.fmt:
             return resp
-        blocks = slice_blocks_pb(st) if page.first else []
+        blocks = slice_blocks_pb(st) if page.first and not request.without_summary_blocks else []
         return wire.slice_reply(resp, blocks, page.messages)
 
     async def ListContexts(

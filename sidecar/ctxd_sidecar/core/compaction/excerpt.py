@@ -72,6 +72,12 @@ ANSWER_SCHEMA: dict = {
             "type": "string",
             "description": "free text, only for what does not fit the lists",
         },
+        "closed": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "open items of the summary so far that these messages answered "
+            "or finished, copied as written (they leave the open list)",
+        },
     },
     "required": list(_LISTS),
     "additionalProperties": False,
@@ -95,6 +101,8 @@ Rules:
 numbers, versions, error codes.
 - Do not repeat entries the summary already has; add what is new or changed.
 - Use narrative only for what does not fit the lists.
+- closed: open items of the summary so far (copied as written) that the \
+excerpt answers or finishes; a question answered within the excerpt is not open.
 
 Transcript entries read `[<message id> <kind>] content`. Assistant tool calls \
 read `tool_name#call_id(arguments)`; tool results read `[<id> tool \

@@ -15,6 +15,11 @@ field by field:
   paragraph longer than the cap keeps its beginning). Appending rather than
   replacing keeps what an earlier plain-text answer said about messages the
   later answer never saw.
+* ``closed`` (items of ``open`` the new messages answered or finished; in
+  an answer, not stored): matching items leave ``open`` (old and new),
+  compared as above, an item also matching when it ends with the closed
+  text (``asked: which db?`` is closed by ``which db?``). A merge can
+  close items, not only add them.
 * ``covers_messages`` adds up; ``updated_ms`` becomes the merge time.
 * ``ledger`` (the verbatim artifacts of folded messages, computed by ctxd
   from the messages, never taken from a summariser's answer; see
@@ -38,6 +43,8 @@ from typing import Any
 from ctxd_sidecar.core.compaction.errors import MalformedAnswer
 from ctxd_sidecar.core.compaction.ledger import DEFAULT_LEDGER_CAP, Ledger, LedgerCap, extract
 from ctxd_sidecar.core.compaction.view import MessageView
+from ctxd_sidecar.core.errors import InvalidArgument
+from ctxd_sidecar.core.jsonvalue import loads_bounded
 
 LIST_FIELDS = ("goals", "decisions", "open", "facts")
 #: Default per-list cap.
@@ -61,6 +68,9 @@ _ALIASES = {
     "open_questions": "open",
     "fact": "facts",
     "summary": "narrative",
+    "resolved": "closed",
+    "answered": "closed",
+    "done": "closed",
 }
 
 
@@ -74,6 +84,8 @@ class Summary:
     covers_messages: int = 0
     updated_ms: int = 0
     ledger: Ledger = field(default_factory=Ledger)
+    #: Open items this answer closes (applied by :func:`merge`, never stored).
+    closed: list[str] = field(default_factory=list)
 
     def is_empty(self) -> bool:
         return not (
@@ -97,7 +109,11 @@ class Summary:
         return "\n".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "ledger"}
+        out = {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name not in ("ledger", "closed")
+        }
         if self.ledger:
             out["ledger"] = self.ledger.to_list()
         return out
@@ -147,7 +163,7 @@ def parse_answer(text: str) -> Summary:
         return _from_json_text(text)
     if text[0] == '"':
         try:
-            value = json.loads(text)
+            value = _loads(text)
         except ValueError:
             value = None
         if isinstance(value, str):
@@ -156,7 +172,7 @@ def parse_answer(text: str) -> Summary:
     start, end = text.find("{"), text.rfind("}")
     if 0 < start < end:
         try:
-            value = json.loads(text[start : end + 1])
+            value = _loads(text[start : end + 1])
         except ValueError:
             value = None
         if isinstance(value, dict) and _known_keys(value):
@@ -164,9 +180,17 @@ def parse_answer(text: str) -> Summary:
     return Summary(narrative=_clean_narrative(text))
 
 
+def _loads(text: str) -> Any:
+    """JSON of an answer: nesting bounded, strings valid Unicode."""
+    try:
+        return loads_bounded(text, field="answer")
+    except InvalidArgument as exc:
+        raise MalformedAnswer(f"the summariser's answer {exc.description}") from None
+
+
 def _from_json_text(body: str) -> Summary:
     try:
-        value = json.loads(body)
+        value = _loads(body)
     except ValueError as exc:
         raise MalformedAnswer(
             f"the summariser's answer is not valid JSON ({exc.msg} at line {exc.lineno} "
@@ -176,7 +200,7 @@ def _from_json_text(body: str) -> Summary:
 
 
 def _known_keys(obj: dict) -> set[str]:
-    return {_ALIASES.get(k, k) for k in obj} & {*LIST_FIELDS, "narrative"}
+    return {_ALIASES.get(k, k) for k in obj} & {*LIST_FIELDS, "narrative", "closed"}
 
 
 def _from_value(value: Any) -> Summary:
@@ -207,7 +231,7 @@ def _from_value(value: Any) -> Summary:
             if not isinstance(raw, str):
                 raise MalformedAnswer("the summariser's answer: narrative must be a string")
             out.narrative = _clean_narrative(raw)
-        elif name in LIST_FIELDS:
+        elif name in LIST_FIELDS or name == "closed":
             getattr(out, name).extend(_items(name, raw))
     return out
 
@@ -282,17 +306,27 @@ def merge(
         updated_ms=int(time.time() * 1000) if now_ms is None else now_ms,
         ledger=ledger,
     )
+    closed = [k for k in map(normalise, new.closed) if k]
     for name in LIST_FIELDS:
         merged: list[str] = []
         seen: set[str] = set()
         for item in (*getattr(old, name), *getattr(new, name)):
             key = normalise(item)
+            if name == "open" and _closes(closed, key):
+                continue
             if key and key not in seen:
                 seen.add(key)
                 merged.append(item)
         setattr(out, name, merged[-cap:])
     out.narrative = _merge_narrative(old.narrative, new.narrative, narrative_max_chars)
+    # Carried while answers are accumulated (passes), applied again by the
+    # merge into the stored summary; never stored.
+    out.closed = list(dict.fromkeys((*old.closed, *new.closed)))
     return out
+
+
+def _closes(closed: list[str], key: str) -> bool:
+    return any(key == c or key.endswith(" " + c) or key.endswith(":" + c) for c in closed)
 
 
 def _merge_narrative(old: str, new: str, max_chars: int) -> str:

@@ -13,6 +13,7 @@ to one by the next checkpoint. Archived segments go once
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,10 +90,14 @@ def _first(s: SegmentRef) -> int:
     return s.first
 
 
+#: An ExpandCompaction page token: "e" and the last seq returned (ASCII digits).
+_EXPAND_TOKEN = re.compile(r"e[0-9]{1,18}")
+
+
 def _decode_token(token: str, first: int) -> int:
     if not token:
         return first - 1
-    if not token.startswith("e") or not token[1:].isdigit():
+    if not _EXPAND_TOKEN.fullmatch(token):
         raise InvalidArgument("page_token", "is not a token this call returned; omit it")
     return int(token[1:])
 

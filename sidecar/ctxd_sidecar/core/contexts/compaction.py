@@ -53,7 +53,7 @@ from ctxd_sidecar.core.contexts.archive import new_record
 from ctxd_sidecar.core.contexts.model import TOOL, ContextState, Msg
 from ctxd_sidecar.core.contexts.planref import PlanRef, digest
 from ctxd_sidecar.core.contexts.service import ContextService
-from ctxd_sidecar.core.errors import Conflict, CtxdError, InvalidArgument
+from ctxd_sidecar.core.errors import Conflict, CtxdError, FailedPrecondition, InvalidArgument
 from ctxd_sidecar.core.estimate import MESSAGE_OVERHEAD, estimate_text
 from ctxd_sidecar.core.observe import CompactionHooks, CompactionObserver, NoHooks, NullObserver
 
@@ -64,6 +64,14 @@ OP = "compact"
 MAX_ANSWER_CHARS = 1024 * 1024
 #: Longest ``instructions`` Compact accepts (characters).
 MAX_INSTRUCTIONS_CHARS = 8 * 1024
+
+
+class WouldGrow(FailedPrecondition):
+    """The merged summary would take more than the messages it replaces: a
+    compaction ctxd runs (Compact, the automatic trigger) never makes a
+    context larger, and declines with this reason. ApplyCompaction applies
+    the runtime's own answer as given (its reply's tokens_after says what it
+    did): an import restores a summary that way."""
 
 
 # -- results ---------------------------------------------------------------------------------
@@ -116,11 +124,18 @@ class CompactResult:
 def _answered_after(msgs: list[Msg], n: int) -> str:
     """The first call among the first ``n`` messages that a later message
     answers ("" if none). The cut never folds such a call, but a result can
-    arrive between a plan and its apply (an abandoned call's late result)."""
-    folded = {c.id for m in msgs[:n] for c in m.tool_calls}
-    if not folded:
-        return ""
-    return next((m.call_id for m in msgs[n:] if m.kind == TOOL and m.call_id in folded), "")
+    arrive between a plan and its apply (an abandoned call's late result).
+
+    Calls are told apart by position: a result answers the latest earlier
+    call with its id, so a kept result for a reused id (``call0`` in every
+    round) answers the kept call, not a folded one."""
+    owner: dict[str, int] = {}
+    for i, m in enumerate(msgs):
+        for c in m.tool_calls:
+            owner[c.id] = i
+        if m.kind == TOOL and i >= n and owner.get(m.call_id, n) < n:
+            return m.call_id
+    return ""
 
 
 def cache_effect(st: ContextState, summary: Summary, folded: int) -> CacheEffect:
@@ -262,7 +277,7 @@ class Compactor:
         except MalformedAnswer as exc:
             raise InvalidArgument("answer", exc.message) from None
         try:
-            result = await self._commit(context_id, ref, summary, by="runtime")
+            result = await self._commit(context_id, ref, summary, by="runtime", may_grow=True)
         except CtxdError:
             self.observer.compaction("runtime", "failed")
             raise
@@ -270,7 +285,7 @@ class Compactor:
         return result
 
     async def _commit(
-        self, context_id: str, ref: PlanRef, addition: Summary, *, by: str
+        self, context_id: str, ref: PlanRef, addition: Summary, *, by: str, may_grow: bool = False
     ) -> ApplyResult:
         out: dict[str, Any] = {}
 
@@ -319,6 +334,12 @@ class Compactor:
             )
             before = st.est_tokens
             after = st.calibration.apply(st.msg_tokens - folded_tokens + _block_tokens(merged, st))
+            if after > before and not may_grow:
+                raise WouldGrow(
+                    f"context {st.id}: folding {n} messages ({folded_tokens} tokens) into this "
+                    f"summary would take the context from {before} to {after} tokens; a "
+                    "compaction never makes a context larger (fold more, or answer shorter)"
+                )
             out.update(
                 folded=n, before=before, after=after, evict=evict, cache=cache_effect(st, merged, n)
             )
@@ -458,6 +479,9 @@ class Compactor:
                 narrative_max_chars=self.cfg.narrative_max_chars,
             )
             applied = await self._commit(context_id, ref, done.summary, by=plugin.name)
+        except WouldGrow as exc:
+            self.observer.compaction(trigger, "declined")
+            return CompactResult(False, reason=exc.message, summariser=plugin.name)
         except CtxdError:
             self.observer.compaction(trigger, "failed")
             raise

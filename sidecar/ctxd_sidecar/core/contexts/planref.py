@@ -44,9 +44,16 @@ class PlanRef:
             gen, base, first, through, count, digest = json.loads(
                 base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
             )
-            ref = cls(str(gen), int(base), int(first), int(through), int(count), str(digest))
         except (binascii.Error, ValueError, TypeError):
             raise bad from None
+        # It comes back from the client: every part is checked before use.
+        if not (
+            isinstance(gen, str)
+            and isinstance(digest, str)
+            and all(type(v) is int and 0 <= v < 2**63 for v in (base, first, through, count))
+        ):
+            raise bad
+        ref = cls(gen, base, first, through, count, digest)
         if ref.count < 1 or ref.first < 1 or ref.through < ref.first:
             raise bad
         return ref

@@ -146,6 +146,10 @@ def _seq(m: Msg) -> int:
     return m.seq
 
 
+def _is_int(value: object) -> bool:
+    return type(value) is int and value >= 0
+
+
 def _encode(st: ContextState, view: str, after_seq: int, change: str) -> str:
     raw = json.dumps([st.gen, st.reshaped_at, view, after_seq, change], separators=(",", ":"))
     return _PREFIX + base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
@@ -160,14 +164,20 @@ def _decode(token: str, st: ContextState, view: str) -> tuple[int, str]:
         gen, reshaped, tview, after, change = json.loads(
             base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
         )
-        after, reshaped = int(after), int(reshaped)
     except (binascii.Error, ValueError, TypeError):
         raise bad from None
-    if tview != view:
+    # A token comes back from the client: every part is checked before use.
+    if not (
+        _is_int(reshaped)
+        and _is_int(after)
+        and isinstance(gen, str)
+        and tview == view
+        and change in ("", APPEND, REPLACE)
+    ):
         raise bad
     if gen != st.gen or reshaped != st.reshaped_at:
         raise Conflict(
             f"context {st.id} was compacted, re-planned or re-created since the first page; "
             "read again from the first page"
         )
-    return after, str(change)
+    return after, change

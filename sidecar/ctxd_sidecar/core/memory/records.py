@@ -118,7 +118,8 @@ def token_after(prefix: str, token: str) -> str:
         tprefix, last = json.loads(raw)
         if not isinstance(tprefix, str) or not isinstance(last, str):
             raise ValueError
-    except (ValueError, binascii.Error, TypeError):
+        last.encode()  # a key is valid Unicode (no lone surrogate)
+    except (ValueError, binascii.Error, TypeError, RecursionError):
         raise InvalidArgument("page_token", "is not a token returned by a previous List") from None
     if tprefix != prefix:
         raise InvalidArgument("page_token", "was issued for a different prefix")

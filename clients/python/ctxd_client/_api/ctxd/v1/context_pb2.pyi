@@ -359,7 +359,7 @@ class ContextInfo(_message.Message):
     def __init__(self, id: _Optional[str] = ..., kind: _Optional[_Union[ContextKind, str]] = ..., version: _Optional[int] = ..., turns: _Optional[int] = ..., est_tokens: _Optional[int] = ..., updated_ms: _Optional[int] = ..., created_ms: _Optional[int] = ..., message_count: _Optional[int] = ..., model_window: _Optional[int] = ..., archived: _Optional[bool] = ..., incarnation: _Optional[str] = ...) -> None: ...
 
 class GetContextRequest(_message.Message):
-    __slots__ = ("context_id", "view", "consistency", "page_size", "page_token", "since_version", "format", "cache_breakpoint", "since_incarnation", "last_n")
+    __slots__ = ("context_id", "view", "consistency", "page_size", "page_token", "since_version", "format", "cache_breakpoint", "since_incarnation", "last_n", "without_summary_blocks")
     CONTEXT_ID_FIELD_NUMBER: _ClassVar[int]
     VIEW_FIELD_NUMBER: _ClassVar[int]
     CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
@@ -370,6 +370,7 @@ class GetContextRequest(_message.Message):
     CACHE_BREAKPOINT_FIELD_NUMBER: _ClassVar[int]
     SINCE_INCARNATION_FIELD_NUMBER: _ClassVar[int]
     LAST_N_FIELD_NUMBER: _ClassVar[int]
+    WITHOUT_SUMMARY_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     context_id: str
     view: ContextView
     consistency: ReadConsistency
@@ -380,7 +381,8 @@ class GetContextRequest(_message.Message):
     cache_breakpoint: bool
     since_incarnation: str
     last_n: int
-    def __init__(self, context_id: _Optional[str] = ..., view: _Optional[_Union[ContextView, str]] = ..., consistency: _Optional[_Union[ReadConsistency, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., since_version: _Optional[int] = ..., format: _Optional[_Union[MessageFormat, str]] = ..., cache_breakpoint: _Optional[bool] = ..., since_incarnation: _Optional[str] = ..., last_n: _Optional[int] = ...) -> None: ...
+    without_summary_blocks: bool
+    def __init__(self, context_id: _Optional[str] = ..., view: _Optional[_Union[ContextView, str]] = ..., consistency: _Optional[_Union[ReadConsistency, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., since_version: _Optional[int] = ..., format: _Optional[_Union[MessageFormat, str]] = ..., cache_breakpoint: _Optional[bool] = ..., since_incarnation: _Optional[str] = ..., last_n: _Optional[int] = ..., without_summary_blocks: _Optional[bool] = ...) -> None: ...
 
 class GetContextResponse(_message.Message):
     __slots__ = ("info", "context", "slice", "next_page_token", "change", "messages_json", "system_json")

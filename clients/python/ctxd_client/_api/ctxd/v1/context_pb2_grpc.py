@@ -205,13 +205,18 @@ class ContextServiceServicer:
         """ApplyCompaction folds the planned prefix into the summary. ABORTED only
         if the planned prefix changed or a tool call it folds got its result
         meanwhile (plan again); turns appended meanwhile are kept.
+        The answer is applied as given: tokens_after says whether it made the
+        context smaller (Compact and automatic compactions decline instead).
+        An answer may name open items it closes ("closed").
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Compact(self, request, context):
-        """Compact plans, summarises with a configured summariser and applies.
+        """Compact plans, summarises with a configured summariser and applies;
+        compacted is false, with the reason, when nothing can be folded or
+        the summary would make the context larger.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

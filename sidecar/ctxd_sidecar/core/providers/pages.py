@@ -1,0 +1,238 @@
+"""Reads of a slice in a provider's JSON shape that always join into a valid request.
+
+A provider request is not the transcript message by message: results move
+up behind their calls, a call followed by other messages without a result
+gets a stand-in, Anthropic merges same-role neighbours and collects system
+text. So a page or an incremental answer cut in transcript order can join
+into a request the provider refuses (a result twice, a result before its
+call, two user messages in a row). Here the whole view is rendered, and
+pages and deltas are cut from the *rendered* list:
+
+* **Incremental** (``since``): the view rendered as the caller held it
+  (the messages up to ``since``) must be a prefix of the view now, element
+  for element and with the same ``system``; then the answer is APPEND with
+  the rest. Otherwise (a late result moved up, a stand-in replaced, a role
+  merged across the boundary, new system text) it is REPLACE. Other
+  incarnations, versions from the future and reshaping changes are REPLACE
+  as in :mod:`ctxd_sidecar.core.contexts.views`.
+* **Pages**: at most ``page_size`` elements and about
+  :data:`PAGE_JSON_BYTES`; the token names the element to continue at and
+  a digest of everything delivered before it. A later page is rendered
+  from the view then; when its first elements no longer match the digest
+  (a change rewrote what was delivered), the token is stale: ABORTED, read
+  again from the first page.
+
+Renders are cached per context and version, so the caller's previous read
+(the view it holds) is usually not rendered again.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import weakref
+from bisect import bisect_right
+from dataclasses import dataclass
+
+from ctxd_sidecar.core.contexts.model import ContextState, Msg
+from ctxd_sidecar.core.contexts.views import APPEND, NONE, REPLACE, SLICE, page_size
+from ctxd_sidecar.core.errors import Conflict, InvalidArgument
+from ctxd_sidecar.core.providers import join_units, render_parts
+from ctxd_sidecar.core.providers.ids import IdMap
+
+#: What a page's messages and system JSON may take, under a default
+#: client's 4 MiB with room for the rest of the reply.
+PAGE_JSON_BYTES = 3 * 1024 * 1024 + 768 * 1024
+_PREFIX = "j1."
+#: Renders kept per context: the view a caller holds and the view now.
+_KEPT = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    system: str
+    #: Units of the messages array and their roles (see ``render_parts``).
+    parts: list[str]
+    roles: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class JsonPage:
+    messages_json: str
+    system_json: str
+    next_token: str
+    change: str
+
+
+class _Cache:
+    """Per context: the call-id map (extended as messages are appended) and
+    the last few renders."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, tuple[tuple, int, IdMap]] = {}
+        self.renders: dict[tuple, Rendered] = {}
+
+
+_CACHES: weakref.WeakKeyDictionary[ContextState, _Cache] = weakref.WeakKeyDictionary()
+
+
+def _cache(st: ContextState) -> _Cache:
+    found = _CACHES.get(st)
+    if found is None:
+        found = _CACHES[st] = _Cache()
+    return found
+
+
+def _ids(st: ContextState, fmt: str) -> IdMap:
+    cache = _cache(st)
+    key = (st.gen, st.reshaped_at, st.live_from)
+    msgs = st.messages
+    held = cache.ids.get(fmt)
+    if held is None or held[0] != key or (msgs and msgs[-1].seq < held[1]):
+        held = (key, 0, IdMap(fmt))
+    _, through, ids = held
+    ids.extend(msgs[bisect_right(msgs, through, key=_seq) :])
+    cache.ids[fmt] = (key, msgs[-1].seq if msgs else through, ids)
+    return ids
+
+
+def render(
+    fmt: str, st: ContextState, *, upto: int | None = None, blocks: bool = True, mark: bool = False
+) -> Rendered:
+    """The view in ``fmt`` with the messages of versions up to ``upto``
+    (all when None); read without awaiting (``st`` is live)."""
+    version = st.version if upto is None else upto
+    key = (fmt, st.gen, version, blocks, mark)
+    cache = _cache(st)
+    found = cache.renders.get(key)
+    if found is not None:
+        return found
+    msgs: list[Msg] = st.messages
+    if upto is not None:
+        msgs = msgs[: bisect_right(msgs, upto, key=_ver)]
+    out = Rendered(
+        *render_parts(fmt, st, msgs, ids=_ids(st, fmt), blocks=blocks, cache_breakpoint=mark)
+    )
+    cache.renders[key] = out
+    while len(cache.renders) > _KEPT:
+        cache.renders.pop(next(iter(cache.renders)))
+    return out
+
+
+def read(
+    fmt: str,
+    st: ContextState,
+    *,
+    size: int = 0,
+    token: str = "",
+    since: int | None = None,
+    incarnation: str = "",
+    blocks: bool = True,
+    mark: bool = False,
+) -> JsonPage:
+    """One page of the slice of ``st`` in ``fmt`` (see the module docstring)."""
+    limit = page_size(size)
+    if token:
+        if since is not None:
+            raise InvalidArgument("since_version", "goes with the first page only; omit it")
+        now = render(fmt, st, blocks=blocks, mark=mark)
+        at, change = _decode(token, st, fmt, now)
+        return _page(fmt, st, now, at, limit, change, system="")
+    now = render(fmt, st, blocks=blocks, mark=mark)
+    if since is None:
+        return _page(fmt, st, now, 0, limit, "", now.system)
+    if since < 0:
+        raise InvalidArgument("since_version", "must not be negative")
+    if incarnation and incarnation != st.gen:
+        return _page(fmt, st, now, 0, limit, REPLACE, now.system)
+    if since == st.version:
+        return JsonPage("[]", "", "", NONE)
+    if since > st.version or since < st.reshaped_at:
+        return _page(fmt, st, now, 0, limit, REPLACE, now.system)
+    held = render(fmt, st, upto=since, blocks=blocks, mark=mark)
+    n = len(held.parts)
+    if (
+        held.system == now.system
+        and now.parts[:n] == held.parts
+        and now.roles[:n] == held.roles
+        and not _merges_at(now, n)
+    ):
+        return _page(fmt, st, now, n, limit, APPEND, "")
+    return _page(fmt, st, now, 0, limit, REPLACE, now.system)
+
+
+def _page(
+    fmt: str, st: ContextState, now: Rendered, at: int, limit: int, change: str, system: str
+) -> JsonPage:
+    budget = PAGE_JSON_BYTES - len(system.encode())
+    end = at
+    while end < len(now.parts) and end - at < limit:
+        cost = len(now.parts[end].encode()) + 32
+        if end > at and cost > budget:
+            break
+        budget -= cost
+        end += 1
+    token = _encode(st, fmt, now, end, change) if end < len(now.parts) else ""
+    messages = join_units(now.parts[at:end], now.roles[at:end])
+    return JsonPage(messages, system, token, change)
+
+
+def _merges_at(now: Rendered, n: int) -> bool:
+    """Whether the units either side of ``n`` form one message (an
+    Anthropic user message continued): no append of whole messages there."""
+    return 0 < n < len(now.roles) and now.roles[n] == now.roles[n - 1]
+
+
+def _digest(now: Rendered, k: int) -> str:
+    h = hashlib.sha256(now.system.encode())
+    for i, part in enumerate(now.parts[:k]):
+        h.update(now.roles[i].encode() if now.roles else b"")
+        h.update(b"\0")
+        h.update(part.encode())
+    return h.hexdigest()[:24]
+
+
+def _encode(st: ContextState, fmt: str, now: Rendered, at: int, change: str) -> str:
+    raw = json.dumps([st.gen, fmt, at, _digest(now, at), change], separators=(",", ":"))
+    return _PREFIX + base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _decode(token: str, st: ContextState, fmt: str, now: Rendered) -> tuple[int, str]:
+    bad = InvalidArgument("page_token", "is not a token this view returned; omit it to start over")
+    if not token.startswith(_PREFIX) or len(token) > 256:
+        raise bad
+    body = token[len(_PREFIX) :]
+    try:
+        gen, tfmt, at, digest, change = json.loads(
+            base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+        )
+    except (binascii.Error, ValueError, TypeError):
+        raise bad from None
+    if not (
+        isinstance(gen, str)
+        and tfmt == fmt
+        and type(at) is int
+        and at > 0
+        and isinstance(digest, str)
+        and change in ("", APPEND, REPLACE)
+    ):
+        raise bad
+    if gen != st.gen or at > len(now.parts) or _digest(now, at) != digest:
+        raise Conflict(
+            f"context {st.id} changed what the earlier pages of this read hold (a compaction, "
+            "a plan change, a late tool result or a re-creation); read again from the first page"
+        )
+    return at, change
+
+
+def _ver(m: Msg) -> int:
+    return m.ver
+
+
+def _seq(m: Msg) -> int:
+    return m.seq
+
+
+__all__ = ["SLICE", "JsonPage", "read", "render"]
