@@ -86,7 +86,13 @@ def test_native_bytes_survive_compaction_expand_and_every_view(start_sidecar, lm
 
 def test_compacted_responses_session_reads_summary_then_kept_items(start_sidecar):
     sc = start_sidecar("memory://", contexts__auto_compact=False)
-    items = corpus()
+    # A long exchange before the corpus: a compaction that would not make the
+    # context smaller is declined, so the folded span must outweigh a summary.
+    history = [
+        {"type": "message", "role": role, "content": f"{role} turn {i}: " + "details " * 80}
+        for i, role in enumerate(["user", "assistant"] * 5)
+    ]
+    items = history + corpus()
     with _client(sc) as c:
         c.append_turn("s", items, format=RESPONSES)
         done = c.compact("s", keep_last=4)

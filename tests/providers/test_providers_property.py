@@ -29,8 +29,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxd_sidecar.config.loader import load_config
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
+from ctxd_sidecar.config.loader import load_config
 from ctxd_sidecar.core.providers.ids import original
 from tests.conftest import InProcessSidecar
 from tests.providers.test_providers import check_anthropic, check_openai

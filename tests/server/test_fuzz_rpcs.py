@@ -20,13 +20,13 @@ import uuid
 
 import grpc
 import pytest
-from ctxd_sidecar.config.loader import load_config
-from ctxd_sidecar.api.ctxd.v1 import context_pb2 as cpb
-from ctxd_sidecar.api.ctxd.v1 import memory_pb2 as mpb
 from google.protobuf.descriptor import FieldDescriptor as F
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ctxd_sidecar.api.ctxd.v1 import context_pb2 as cpb
+from ctxd_sidecar.api.ctxd.v1 import memory_pb2 as mpb
+from ctxd_sidecar.config.loader import load_config
 from tests.conftest import InProcessSidecar
 
 SC = grpc.StatusCode
