@@ -154,7 +154,7 @@ def test_s3_network_policy_admits_the_agent_and_keeps_ctxd_private():
 def test_minimum_kubernetes_version_is_stated():
     for path in [KUBE / "base" / "agent.yaml", *(o / "kustomization.yaml" for o in OVERLAYS)]:
         assert re.search(r"Kubernetes 1\.28\+|Kubernetes version: 1\.28", path.read_text()), path
-    assert "Kubernetes 1.28" in (ROOT / "README.md").read_text()
+    assert "Kubernetes 1.28" in (ROOT / "docs" / "operations" / "deployment.md").read_text()
 
 
 def test_prometheus_scrape_config_keeps_annotated_pods():
