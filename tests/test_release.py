@@ -21,9 +21,10 @@ import zipfile
 from pathlib import Path
 
 import ctxd_sidecar
+import grpc
 import pytest
 
-from tests.conftest import free_port
+from tests.conftest import free_port, wait_serving
 
 ROOT = Path(__file__).resolve().parents[1]
 PY_CLIENT = ROOT / "clients" / "python"
@@ -187,7 +188,10 @@ def test_installed_server_and_client_run(fresh_venv, tmp_path):
             "    c.append_turn('r', [{'user': {'text': 'hello'}}])\n"
             "    print(len(c.slice('r')))\n"
         )
-        run([str(fresh_venv / "bin" / "ctxd"), "health", "--address", address, "--wait", "20"])
+        with grpc.insecure_channel(address) as channel:
+            wait_serving(channel, 30, server)
+        health = run([str(fresh_venv / "bin" / "ctxd"), "health", "--address", address])
+        assert health.strip() == f"SERVING {address}"
         assert run([str(py), "-c", code]).strip() == "1"
     finally:
         server.terminate()

@@ -2,14 +2,16 @@
 // (appendTurn, turn: append and read in one call, slice with sinceVersion, memory verbs, watch), paging followed,
 // AppendTurn retried on UNAVAILABLE under one idempotency key.
 import { randomUUID } from "node:crypto";
-import { create, fromJson, type DescMessage, type JsonObject, type MessageInitShape } from "@bufbuild/protobuf";
+import { create, fromJson, toJson, type DescMessage, type JsonObject, type MessageInitShape } from "@bufbuild/protobuf";
 import { Code, createClient, type CallOptions, type Client, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import * as pb from "./gen/ctxd/v1/context_pb.js";
 import * as mpb from "./gen/ctxd/v1/memory_pb.js";
+import { explain, TokenSource } from "./connect.js";
 import { CtxdError, toCtxdError } from "./errors.js";
 
 export * from "./errors.js";
+export { VERSION } from "./version.js";
 export { pb, mpb };
 
 export interface TlsOptions {
@@ -31,8 +33,10 @@ export interface RetryOptions {
 export interface ClientOptions {
   /** host:port; defaults to $CTXD_ADDRESS, then 127.0.0.1:50051. */
   address?: string;
-  /** Bearer token; defaults to $CTXD_TOKEN. */
+  /** Bearer token; defaults to the contents of ``tokenFile``, then $CTXD_TOKEN. */
   token?: string;
+  /** File holding the bearer token, re-read when it changes; defaults to $CTXD_TOKEN_FILE. */
+  tokenFile?: string;
   tls?: TlsOptions;
   /** Deadline per call in milliseconds (default 10000). */
   timeoutMs?: number;
@@ -126,6 +130,46 @@ export interface ProviderSlice {
   change?: SliceChange;
 }
 
+/** A turn in a provider's own shape: its messages as JSON (or as values, serialised here). */
+export interface ProviderTurnInput {
+  format: ProviderFormat;
+  /** The provider's message list as JSON text, passed through byte for byte. */
+  messagesJson?: string;
+  /** The same as values, when you do not hold the JSON text. */
+  messages?: unknown[];
+  /** Anthropic's ``system`` argument (a string or text blocks), sent when it is new. */
+  system?: unknown;
+}
+
+/** A turn given in a provider's shape: what AppendTurn answered, and the slice's change in that shape. */
+export interface ProviderTurn {
+  appended: pb.AppendTurnResponse;
+  next: ProviderSlice & { change: SliceChange };
+}
+
+// JSON.stringify cannot write a bigint: what the client returns carries a toJSON giving versions
+// as decimal strings and messages as protobuf JSON (int64 fields as strings too).
+function jsonable<T extends object>(obj: T, toJSON: () => unknown): T {
+  Object.defineProperty(obj, "toJSON", { value: toJSON, enumerable: false });
+  return obj;
+}
+
+function sliceOut<T extends Slice & { change?: SliceChange }>(out: T): T {
+  return jsonable(out, () => ({
+    ...out,
+    version: out.version.toString(),
+    messages: out.messages.map((m) => toJson(pb.MessageSchema, m)),
+  }));
+}
+
+function providerOut<T extends ProviderSlice>(out: T): T {
+  return jsonable(out, () => ({ ...out, version: out.version.toString() }));
+}
+
+function turnOut<T extends { appended: pb.AppendTurnResponse; next: object }>(out: T): T {
+  return jsonable(out, () => ({ appended: toJson(pb.AppendTurnResponseSchema, out.appended), next: out.next }));
+}
+
 // Provider formats are newer than some sidecars' API: look the fields up by name.
 function providerFormat(format: ProviderFormat, schema: DescMessage, field: string): number {
   const e = pb.file_ctxd_v1_context.enums.find((x) => x.name === "MessageFormat");
@@ -161,6 +205,19 @@ function joinPage(format: ProviderFormat, held: unknown[], page: unknown[]): voi
     page = page.slice(1);
   }
   held.push(...page);
+}
+
+// The pages of a read in a provider's format, joined: its messages and (Anthropic) system blocks.
+function providerPages(format: ProviderFormat, pages: pb.GetContextResponse[]): { messages: unknown[]; system: unknown } {
+  const messages: unknown[] = [];
+  let system: unknown = undefined;
+  for (const page of pages) {
+    const got = JSON.parse(getField(page, pb.GetContextResponseSchema, "messages_json") || "[]") as unknown[];
+    joinPage(format, messages, got);
+    const sys = getField(page, pb.GetContextResponseSchema, "system_json");
+    if (sys) system = [...((system as unknown[] | undefined) ?? []), ...blocks(JSON.parse(sys))];
+  }
+  return { messages, system };
 }
 
 const DEFAULT_RETRY: RetryOptions = { attempts: 8, initialBackoffMs: 100, maxBackoffMs: 4000 };
@@ -206,18 +263,20 @@ export class CtxdClient {
   readonly memory: Client<typeof mpb.MemoryService>;
   private readonly timeoutMs: number;
   private readonly retryPolicy: RetryOptions;
+  private readonly tls: boolean;
 
   constructor(options: ClientOptions = {}) {
     this.address = options.address ?? process.env.CTXD_ADDRESS ?? "127.0.0.1:50051";
-    const token = options.token ?? process.env.CTXD_TOKEN;
-    const interceptors: Interceptor[] = [];
-    if (token) {
-      interceptors.push((next) => (req) => {
-        req.header.set("authorization", `Bearer ${token}`);
+    const tokens = new TokenSource(options.token, options.tokenFile);
+    const interceptors: Interceptor[] = [
+      (next) => (req) => {
+        const token = tokens.token();
+        if (token) req.header.set("authorization", `Bearer ${token}`);
         return next(req);
-      });
-    }
+      },
+    ];
     const tls = options.tls;
+    this.tls = tls !== undefined;
     const transport = createGrpcTransport({
       baseUrl: `${tls ? "https" : "http"}://${this.address}`,
       interceptors,
@@ -233,14 +292,15 @@ export class CtxdClient {
     return { timeoutMs: call.timeoutMs ?? this.timeoutMs, signal: call.signal };
   }
 
-  // One unary call; retried on UNAVAILABLE when it is safe to repeat.
+  // One unary call; retried on UNAVAILABLE when it is safe to repeat. A failure no retry can fix
+  // (TLS mismatch, no gRPC server, not ctxd, no token) is thrown at once with the address and cause.
   private async unary<T>(fn: (o: CallOptions) => Promise<T>, call: Call | undefined, retry: boolean): Promise<T> {
     const attempts = retry ? this.retryPolicy.attempts : 1;
     for (let attempt = 0; ; attempt += 1) {
       try {
         return await fn(this.opts(call));
       } catch (err) {
-        const e = toCtxdError(err);
+        const e = await explain(toCtxdError(err), this.address, this.tls, call?.signal);
         if (e.code !== Code.Unavailable || attempt >= attempts - 1) throw e;
       }
       const base = Math.min(this.retryPolicy.maxBackoffMs, this.retryPolicy.initialBackoffMs * 2 ** attempt);
@@ -269,21 +329,77 @@ export class CtxdClient {
     contextId: string,
     messages: MessageInput[],
     options: Since & { pageSize?: number } & TurnOptions & Call,
-  ): Promise<Turn> {
-    const read = {
+  ): Promise<Turn>;
+  /**
+   * The same with the turn in a provider's shape (``{ format: "openai", messagesJson }``): what an
+   * OpenAI- or Anthropic-shaped runtime sent and got, in one call; ``next`` comes in that shape too.
+   */
+  async turn(
+    contextId: string,
+    input: ProviderTurnInput,
+    options: Since & { pageSize?: number; cacheBreakpoint?: boolean } & TurnOptions & Call,
+  ): Promise<ProviderTurn>;
+  async turn(
+    contextId: string,
+    messages: MessageInput[] | ProviderTurnInput,
+    options: Since & { pageSize?: number; cacheBreakpoint?: boolean } & TurnOptions & Call,
+  ): Promise<Turn | ProviderTurn> {
+    const read: Record<string, unknown> = {
       contextId,
       view: pb.ContextView.SLICE,
       sinceVersion: big(options.sinceVersion),
       sinceIncarnation: options.sinceIncarnation,
       pageSize: options.pageSize,
     };
-    const req = turnRequest(contextId, messages, options);
-    req.read = create(pb.GetContextRequestSchema, read);
+    const provider = Array.isArray(messages) ? undefined : messages;
+    let req: pb.AppendTurnRequest;
+    if (provider) {
+      req = this.providerRequest(contextId, provider, options);
+      setField(read, pb.GetContextRequestSchema, "format", providerFormat(provider.format, pb.GetContextRequestSchema, "format"));
+      if (options.cacheBreakpoint) setField(read, pb.GetContextRequestSchema, "cache_breakpoint", true);
+    } else {
+      req = turnRequest(contextId, messages as MessageInput[], options);
+    }
+    const init = read as MessageInitShape<typeof pb.GetContextRequestSchema>;
+    req.read = create(pb.GetContextRequestSchema, init);
     const appended = await this.unary((o) => this.contexts.appendTurn(req, o), options, true);
     // Later pages continue the turn's read; a sidecar without it (an older API) is read here whole.
-    const pages = await this.pages(read, options, appended.read);
-    const next = { ...versionOf(pages[0]), messages: pages.flatMap((p) => p.slice) };
-    return { appended, next: { ...next, change: CHANGES[pages[0].change] ?? "replace" } };
+    const pages = await this.pages(init, options, appended.read);
+    const change = CHANGES[pages[0].change] ?? "replace";
+    if (provider) {
+      const next = providerOut({ ...versionOf(pages[0]), ...providerPages(provider.format, pages), change });
+      return turnOut({ appended, next });
+    }
+    const next = sliceOut({ ...versionOf(pages[0]), messages: pages.flatMap((p) => p.slice), change });
+    return turnOut({ appended, next });
+  }
+
+  // An AppendTurnRequest carrying a provider's messages as JSON.
+  private providerRequest(
+    contextId: string,
+    input: ProviderTurnInput,
+    options: { idempotencyKey?: string; expectedVersion?: number | bigint; model?: string },
+  ): pb.AppendTurnRequest {
+    const value = providerFormat(input.format, pb.AppendTurnRequestSchema, "messages_json");
+    if (input.system !== undefined && input.format !== "anthropic") {
+      throw new CtxdError('system is the Anthropic system argument: use it with format "anthropic"');
+    }
+    if ((input.messagesJson === undefined) === (input.messages === undefined)) {
+      throw new CtxdError("give exactly one of messagesJson and messages");
+    }
+    const req = create(pb.AppendTurnRequestSchema, {
+      contextId,
+      idempotencyKey: options.idempotencyKey ?? randomUUID(),
+      expectedVersion: big(options.expectedVersion),
+      model: options.model,
+    });
+    const json = input.messagesJson ?? JSON.stringify(input.messages);
+    setField(req, pb.AppendTurnRequestSchema, "messages_json", json);
+    setField(req, pb.AppendTurnRequestSchema, "format", value);
+    if (input.system !== undefined) {
+      setField(req, pb.AppendTurnRequestSchema, "system_json", JSON.stringify(input.system));
+    }
+    return req;
   }
 
   /** Appends a turn given in a provider's format (JSON passed through), when the sidecar has them. */
@@ -299,21 +415,7 @@ export class CtxdClient {
       system?: unknown;
     } & Call = {},
   ): Promise<pb.AppendTurnResponse> {
-    const value = providerFormat(format, pb.AppendTurnRequestSchema, "messages_json");
-    if (options.system !== undefined && format !== "anthropic") {
-      throw new CtxdError('system is the Anthropic system argument: use it with format "anthropic"');
-    }
-    const req = create(pb.AppendTurnRequestSchema, {
-      contextId,
-      idempotencyKey: options.idempotencyKey ?? randomUUID(),
-      expectedVersion: big(options.expectedVersion),
-      model: options.model,
-    });
-    setField(req, pb.AppendTurnRequestSchema, "messages_json", JSON.stringify(messages));
-    setField(req, pb.AppendTurnRequestSchema, "format", value);
-    if (options.system !== undefined) {
-      setField(req, pb.AppendTurnRequestSchema, "system_json", JSON.stringify(options.system));
-    }
+    const req = this.providerRequest(contextId, { format, messages, system: options.system }, options);
     return this.unary((o) => this.contexts.appendTurn(req, o), options, true);
   }
 
@@ -336,17 +438,9 @@ export class CtxdClient {
     const breakpoint = pb.GetContextRequestSchema.fields.find((f) => f.name === "cache_breakpoint");
     if (breakpoint && options.cacheBreakpoint) init[breakpoint.localName] = true;
     const pages = await this.pages(init as MessageInitShape<typeof pb.GetContextRequestSchema>, options);
-    const messages: unknown[] = [];
-    let system: unknown = undefined;
-    for (const page of pages) {
-      const got = JSON.parse(getField(page, pb.GetContextResponseSchema, "messages_json") || "[]") as unknown[];
-      joinPage(format, messages, got);
-      const sys = getField(page, pb.GetContextResponseSchema, "system_json");
-      if (sys) system = [...((system as unknown[] | undefined) ?? []), ...blocks(JSON.parse(sys))];
-    }
-    const out: ProviderSlice = { ...versionOf(pages[0]), messages, system };
+    const out: ProviderSlice = { ...versionOf(pages[0]), ...providerPages(format, pages) };
     if (options.sinceVersion !== undefined) out.change = CHANGES[pages[0].change] ?? "replace";
-    return out;
+    return providerOut(out);
   }
 
   // Every page of one GetContext read (continuing from ``first`` when the first page came some
@@ -396,8 +490,8 @@ export class CtxdClient {
       options,
     );
     const out: Slice = { ...versionOf(pages[0]), messages: pages.flatMap((p) => p.slice) };
-    if (options.sinceVersion === undefined) return out;
-    return { ...out, change: CHANGES[pages[0].change] ?? "replace" };
+    if (options.sinceVersion === undefined) return sliceOut(out);
+    return sliceOut({ ...out, change: CHANGES[pages[0].change] ?? "replace" });
   }
 
   /** The whole record, every message. */
