@@ -37,7 +37,7 @@ TURN_SERIES = (
 )
 #: (label, ctxd row, floor row): what a call costs against what it cannot beat.
 FLOOR_PAIRS = (
-    ("Memory.Get", "ctxd.memory.get", "grpc.echo.unary"),
+    ("Memory.Get", "ctxd.memory.get", "memory.floor.echo.unary"),
     ("Memory.Set", "ctxd.memory.set", "memory.floor.echo_put.unary"),
     ("AppendTurn (10 messages)", "ctxd.append_turn.lmdb.h10", "floor.echo_put.turn.lmdb"),
     (
