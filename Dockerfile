@@ -1,7 +1,7 @@
 # ctxd sidecar image: slim Python, non-root, LMDB on a volume by default.
 FROM python:3.11-slim AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY sidecar ./sidecar
 COPY plugins ./plugins
 RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[all]"

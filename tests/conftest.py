@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import boto3
 import grpc
@@ -84,6 +85,21 @@ def s3_uri(endpoint: str, bucket: str, *, can_list: bool = True, prefix: str = "
     return f"s3://{bucket}/{prefix}?endpoint_url={endpoint}&region=us-east-1&list={flag}&max_attempts=2"
 
 
+def new_store_uri(backend: str, directory: Path, moto_endpoint: str) -> str:
+    """A fresh store URI for a backend (LMDB under ``directory``, S3 a new bucket)."""
+    if backend == "memory":
+        return "memory://"
+    if backend == "lmdb":
+        return f"lmdb://{directory / f'lmdb-{uuid.uuid4().hex[:6]}'}?map_size=256MiB"
+    if backend in {"s3", "s3-nolist"}:
+        bucket = f"ctxd-{uuid.uuid4().hex[:12]}"
+        boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").create_bucket(
+            Bucket=bucket
+        )
+        return s3_uri(moto_endpoint, bucket, can_list=backend == "s3")
+    raise ValueError(backend)
+
+
 # -- PostgreSQL ---------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[pg.PgServer]:
@@ -109,17 +125,7 @@ def store_uri_for(tmp_path, moto_endpoint, request):
     def make(backend: str) -> str:
         if backend == "postgres":
             return request.getfixturevalue("pg_server").fresh_store_uri()
-        if backend == "memory":
-            return "memory://"
-        if backend == "lmdb":
-            return f"lmdb://{tmp_path / f'lmdb-{uuid.uuid4().hex[:6]}'}?map_size=256MiB"
-        if backend in {"s3", "s3-nolist"}:
-            bucket = f"ctxd-{uuid.uuid4().hex[:12]}"
-            boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").create_bucket(
-                Bucket=bucket
-            )
-            return s3_uri(moto_endpoint, bucket, can_list=backend == "s3")
-        raise ValueError(backend)
+        return new_store_uri(backend, tmp_path, moto_endpoint)
 
     return make
 
@@ -202,7 +208,11 @@ def start_sidecar():
     """Factory: start in-process sidecars with a store URI and settings;
     all are stopped at teardown. ``settings`` are dotted config names."""
     started: list[InProcessSidecar] = []
+    yield _sidecar_factory(started)
+    _stop_all(started)
 
+
+def _sidecar_factory(started: list[InProcessSidecar]):
     def start(store: str, **settings) -> Running:
         overrides = {
             "store": store,
@@ -216,12 +226,35 @@ def start_sidecar():
         r.extra["handle"] = sc
         return r
 
-    yield start
+    return start
+
+
+def _stop_all(started: list[InProcessSidecar]) -> None:
     for sc in reversed(started):
         try:
             sc.close()
         except Exception:  # noqa: BLE001 - already stopped by the test
             pass
+
+
+@pytest.fixture(scope="module")
+def start_module_sidecar(tmp_path_factory, moto_endpoint):
+    """Factory: one in-process sidecar shared by a module's tests (per backend),
+    for tests whose cases each use fresh ids, so they need no sidecar each.
+    ``start_module_sidecar("lmdb", **settings)``, or a store URI built on
+    ``directory`` (``lambda d: f"lmdb://{d}/x"``); stopped after the module."""
+    started: list[InProcessSidecar] = []
+    start = _sidecar_factory(started)
+    directory = tmp_path_factory.mktemp("module-sidecar")
+
+    def start_backend(backend, **settings) -> Running:
+        uri = backend(directory) if callable(backend) else None
+        running = start(uri or new_store_uri(backend, directory, moto_endpoint), **settings)
+        running.extra["dir"] = directory
+        return running
+
+    yield start_backend
+    _stop_all(started)
 
 
 @pytest.fixture
@@ -322,3 +355,24 @@ def spawn_sidecar():
     yield spawn
     for sp in procs:
         sp.kill()
+
+
+# -- parallel runs ------------------------------------------------------------------------
+#: Modules that kill, load or drain sidecars on a schedule: under pytest-xdist
+#: (scripts/test.sh runs ``-n 4 --dist loadgroup``) they share one worker and run
+#: one after another, so they never compete with each other for the cores.
+TIMING_SENSITIVE = {
+    "test_crash_contexts",
+    "test_reliability_crash_compaction",
+    "test_reliability_crash_memory",
+    "test_reliability_crash_plan",
+    "test_load_drain",
+    "test_drain",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        if item.module is not None and item.module.__name__.rpartition(".")[2] in TIMING_SENSITIVE:
+            item.add_marker(pytest.mark.xdist_group("timing"))

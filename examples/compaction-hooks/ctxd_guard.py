@@ -7,8 +7,8 @@
   appends a note naming the last thing the user asked, so the model picks
   the thread up again even when the summary is terse.
 
-Install it like any plugin (``[project.entry-points."ctxd.plugins"]
-guard = "ctxd_guard"``); ``ctxd plugins`` then lists it.
+Install it like any plugin: ``pip install ./examples/compaction-hooks``
+(its pyproject.toml names it in the ``ctxd.plugins`` entry-point group).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ bounded slice while ctxd keeps the whole transcript; ``CtxdStore`` is the
 graph's long-term store (here: one note per question). Each line on stdin
 is one turn (an empty line ends the chat).
 
-    pip install 'ctxd-client[langgraph]' langchain-openai
+    pip install './clients/python[langgraph]' langchain-openai
     CTXD_ADDRESS=127.0.0.1:7070 THREAD_ID=demo OPENAI_API_KEY=... python context_agent.py
 
 Any OpenAI-compatible chat-completions server works: set OPENAI_BASE_URL

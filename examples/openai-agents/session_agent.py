@@ -5,7 +5,7 @@ is printed. The conversation lives in the sidecar, so a restarted agent
 (or another replica) carries on where it left off, and ctxd compacts it
 when it passes its threshold.
 
-    pip install 'ctxd-client[agents]'
+    pip install './clients/python[agents]'
     CTXD_ADDRESS=127.0.0.1:7070 SESSION_ID=demo OPENAI_API_KEY=... python session_agent.py
 
 Any OpenAI-compatible chat-completions server works: set OPENAI_BASE_URL

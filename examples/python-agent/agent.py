@@ -1,7 +1,7 @@
 """A chat agent whose working memory lives in ctxd, with the OpenAI SDK against
 any OpenAI-compatible server (OpenAI, vLLM, llama.cpp, Ollama, ...).
 
-    pip install ctxd-client openai
+    pip install ./clients/python openai
     CTXD_ADDRESS=127.0.0.1:50051 OPENAI_BASE_URL=http://127.0.0.1:8000/v1 MODEL=... python agent.py
 
 The transcript survives restarts of the agent; ctxd compacts it when it nears

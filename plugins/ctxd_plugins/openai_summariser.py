@@ -301,5 +301,7 @@ def ctxd_summarisers(config: Config) -> list[OpenAISummariser]:
     if not cfg.configured:
         return []
     if importlib.util.find_spec("openai") is None:
-        raise ValueError(f"{TABLE} needs the openai package: pip install 'ctxd-sidecar[openai]'")
+        raise ValueError(
+            f"{TABLE} needs the openai package: pip install '.[openai]' from a ctxd clone"
+        )
     return [OpenAISummariser.from_config(cfg)]

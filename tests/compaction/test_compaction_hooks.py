@@ -6,6 +6,8 @@ the OpenAI-compatible summariser against a loopback server."""
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -50,6 +52,36 @@ def site(tmp_path, monkeypatch):
     yield site
     for name in ("ctxd_guard", "ctxd_broken"):
         sys.modules.pop(name, None)
+
+
+def test_the_example_installs_as_a_package_and_registers_its_entry_point(tmp_path):
+    """``pip install ./examples/compaction-hooks`` works as the docs say (offline)."""
+    wheels, site = tmp_path / "wheels", tmp_path / "site"
+    pip = [sys.executable, "-m", "pip", "-q"]
+    build = ["wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(EXAMPLE.parent)]
+    r = subprocess.run(pip + build, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    install = ["install", "--no-deps", "--no-index", "--target", str(site)]
+    r = subprocess.run(
+        pip + install + [str(w) for w in wheels.glob("*.whl")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    code = (
+        "from ctxd_sidecar.plugins import plugin_manager\n"
+        "print(sorted(name for name, _ in plugin_manager().list_name_plugin()))"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(site)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "ctxd_guard" in r.stdout
 
 
 def conversation(sc, cid: str) -> None:

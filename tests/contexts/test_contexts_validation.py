@@ -1,7 +1,14 @@
 """Bad input to ContextService: the right status, the field named in a
-google.rpc.BadRequest, and nothing stored."""
+google.rpc.BadRequest, and nothing stored.
+
+Every answer here is decided before the store is touched, so one sidecar per
+backend serves the whole module; each case gets contexts of its own (fresh
+ids), so no case sees another's data."""
 
 from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
 
 import grpc
 import pytest
@@ -23,11 +30,42 @@ from tests.support.contexts import (
 LIMITS = {"contexts__max_message_bytes": 1000, "contexts__max_turn_messages": 4}
 
 
-@pytest.fixture(params=["memory", "lmdb", "s3"])
-def ctx_sidecar(request, start_sidecar, store_uri_for):
-    r = start_sidecar(store_uri_for(request.param), **LIMITS)
+_CASES = itertools.count()
+
+
+@dataclass
+class Case:
+    """The module's sidecar and this case's own ids: ``existing`` holds a
+    turn with an open call ``call-1``; ``brand_new`` was never used."""
+
+    contexts: object
+    existing: str
+    brand_new: str
+
+    def id(self, name: str) -> str:
+        return {"existing": self.existing, "brand-new": self.brand_new}[name]
+
+
+@pytest.fixture(scope="module", params=["memory", "lmdb", "s3"])
+def module_sidecar(request, start_module_sidecar):
+    return start_module_sidecar(request.param, **LIMITS)
+
+
+@pytest.fixture(scope="module", params=["memory", "lmdb", "s3"])
+def unchanged_sidecar(request, start_module_sidecar):
+    """A sidecar of its own for cases that must store nothing at all: it
+    holds "existing" and root, and every case checks it still holds only those."""
+    r = start_module_sidecar(request.param, **LIMITS)
     append(r.contexts, "existing", user("hello"), assistant("", ("call-1", "f", "{}")))
     return r
+
+
+@pytest.fixture
+def ctx_sidecar(module_sidecar) -> Case:
+    n = next(_CASES)
+    case = Case(module_sidecar.contexts, f"existing-{n}", f"brand-new-{n}")
+    append(case.contexts, case.existing, user("hello"), assistant("", ("call-1", "f", "{}")))
+    return case
 
 
 BAD_TURNS = [
@@ -91,13 +129,14 @@ BAD_TURNS = [
 @pytest.mark.parametrize("label, messages, field", BAD_TURNS, ids=[t[0] for t in BAD_TURNS])
 def test_bad_turn_is_rejected_and_nothing_is_stored(ctx_sidecar, cid, label, messages, field):
     c = ctx_sidecar.contexts
-    before = full(c, "existing")
+    kind, cid = cid, ctx_sidecar.id(cid)
+    before = full(c, ctx_sidecar.existing)
     err = rpc_error(append, c, cid, *messages, idempotency_key="k")
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, label
     assert bad_field(err) == field
     assert field in err.details()
-    assert full(c, "existing") == before
-    if cid == "brand-new":
+    assert full(c, ctx_sidecar.existing) == before
+    if kind == "brand-new":
         assert rpc_error(info, c, cid).code() == grpc.StatusCode.NOT_FOUND
         assert cid not in [i.id for i in list_all(c)]
     # The idempotency key was not consumed by the failed call.
@@ -124,8 +163,8 @@ BAD_REQUESTS = [
 
 
 @pytest.mark.parametrize("label, fields, field", BAD_REQUESTS, ids=[t[0] for t in BAD_REQUESTS])
-def test_bad_append_request_fields(ctx_sidecar, label, fields, field):
-    c = ctx_sidecar.contexts
+def test_bad_append_request_fields(unchanged_sidecar, label, fields, field):
+    c = unchanged_sidecar.contexts
     err = rpc_error(c.AppendTurn, pb.AppendTurnRequest(messages=[user("x")], **fields))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert bad_field(err) == field
@@ -133,7 +172,8 @@ def test_bad_append_request_fields(ctx_sidecar, label, fields, field):
 
 
 def test_a_128_character_id_is_accepted(ctx_sidecar):
-    cid = "A1._:-" + "z" * 122
+    cid = "A1._:-" + ctx_sidecar.brand_new + "z" * (122 - len(ctx_sidecar.brand_new))
+    assert len(cid) == 128
     assert append(ctx_sidecar.contexts, cid, user("x")).version == 1
     assert info(ctx_sidecar.contexts, cid).id == cid
 
@@ -142,13 +182,14 @@ def test_other_rpcs_validate_their_input(ctx_sidecar):
     c = ctx_sidecar.contexts
     err = rpc_error(c.GetContext, pb.GetContextRequest(context_id="bad id"))
     assert (err.code(), bad_field(err)) == (grpc.StatusCode.INVALID_ARGUMENT, "context_id")
-    err = rpc_error(c.GetContext, pb.GetContextRequest(context_id="existing", view=42))
+    existing = ctx_sidecar.existing
+    err = rpc_error(c.GetContext, pb.GetContextRequest(context_id=existing, view=42))
     assert (err.code(), bad_field(err)) == (grpc.StatusCode.INVALID_ARGUMENT, "view")
-    err = rpc_error(c.RecordUsage, pb.RecordUsageRequest(context_id="existing", input_tokens=0))
+    err = rpc_error(c.RecordUsage, pb.RecordUsageRequest(context_id=existing, input_tokens=0))
     assert (err.code(), bad_field(err)) == (grpc.StatusCode.INVALID_ARGUMENT, "input_tokens")
     err = rpc_error(
         c.RecordUsage,
-        pb.RecordUsageRequest(context_id="existing", input_tokens=9, output_tokens=-1),
+        pb.RecordUsageRequest(context_id=existing, input_tokens=9, output_tokens=-1),
     )
     assert bad_field(err) == "output_tokens"
     err = rpc_error(c.ListContexts, pb.ListContextsRequest(page_size=-1))
@@ -162,4 +203,4 @@ def test_other_rpcs_validate_their_input(ctx_sidecar):
     err = rpc_error(c.DeleteContext, pb.DeleteContextRequest(context_id="root"))
     assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "root" in err.details()
-    assert full(c, "existing").version == 1
+    assert full(c, existing).version == 1

@@ -146,6 +146,12 @@ def test_health_is_one_line_and_its_exit_code_says_serving(served):
     assert down.returncode == 1
     assert len(down.stdout.strip().splitlines()) == 1
     assert down.stdout.startswith("UNREACHABLE") and "UNAVAILABLE" in down.stdout
+    bogus = ctxd("health", "--service", "bogus", "--address", served.address)
+    assert bogus.returncode == 1 and len(bogus.stdout.strip().splitlines()) == 1
+    assert bogus.stdout.startswith(f"SERVICE_UNKNOWN {served.address}")
+    assert "'bogus'" in bogus.stdout and "ctxd.v1.ContextService" in bogus.stdout
+    known = ctxd("health", "--service", "ctxd.v1.MemoryService", "--address", served.address)
+    assert known.returncode == 0 and known.stdout.startswith("SERVING")
 
 
 def test_export_import_round_trips_a_compacted_context(served, spawn_sidecar, tmp_path):
@@ -250,6 +256,15 @@ def test_contexts_list_show_compact_delete(served):
         ctxd("contexts", "show", "conv-1", "--json", "--address", served.address).stdout
     )
     assert full["id"] == "conv-1" and len(full["messages"]) >= 9
+    tail = json.loads(
+        ctxd(
+            "contexts", "show", "conv-1", "--json", "--tail", "2", "--address", served.address
+        ).stdout
+    )
+    assert [m["id"] for m in tail["messages"]] == [m["id"] for m in full["messages"][-2:]]
+    assert tail["version"] == full["version"]
+    none = ctxd("contexts", "show", "conv-1", "--json", "--tail", "0", "--address", served.address)
+    assert json.loads(none.stdout).get("messages", []) == []
 
     compacted = ctxd(
         "contexts", "compact", "conv-1", "--keep-last", "2", "--json", "--address", served.address

@@ -4,7 +4,10 @@ schema validation and meet Pod Security "restricted"."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import kubernetes_validate
@@ -172,7 +175,7 @@ def test_postgres_overlay_keeps_the_password_in_a_secret_only():
 def test_minimum_kubernetes_version_is_stated():
     for path in [KUBE / "base" / "agent.yaml", *(o / "kustomization.yaml" for o in OVERLAYS)]:
         assert re.search(r"Kubernetes 1\.28\+|Kubernetes version: 1\.28", path.read_text()), path
-    assert "Kubernetes 1.28" in (ROOT / "README.md").read_text()
+    assert "Kubernetes 1.28" in (ROOT / "docs" / "operations" / "deployment.md").read_text()
 
 
 def test_prometheus_scrape_config_keeps_annotated_pods():
@@ -191,3 +194,65 @@ def test_dockerfile_runs_the_sidecar_as_non_root_with_a_data_volume_and_a_health
     assert 'VOLUME ["/var/lib/ctxd"]' in text
     assert "CTXD_STORE=lmdb:///var/lib/ctxd" in text
     assert re.search(r'HEALTHCHECK .*\\\n\s+CMD \["ctxd", "health"', text)
+
+
+def _env(container: dict) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+
+
+def _in_mount(container: dict, path: str) -> tuple[str, str] | None:
+    """(volume name, path inside it) when ``path`` lies in one of the container's mounts."""
+    for m in container.get("volumeMounts", []):
+        if path.startswith(m["mountPath"].rstrip("/") + "/"):
+            return m["name"], path[len(m["mountPath"].rstrip("/")) + 1 :]
+    return None
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.name)
+def test_the_agent_authenticates_with_the_token_file_the_manifests_give_it(
+    overlay, spawn_sidecar, tmp_path
+):
+    """ctxd and the agent read one Secret's file; a client given the agent's
+    environment (CTXD_TOKEN_FILE) is let in by a sidecar given ctxd's."""
+    (pod,) = [p["spec"] for _n, d in _composed() if _n == overlay.name for p in _pod_specs([d])]
+    (ctxd,) = pod["initContainers"]
+    agent = next(c for c in pod["containers"] if c["name"] == "agent")
+    server_file = _env(ctxd)["CTXD_AUTH_TOKEN_FILE"]
+    agent_file = _env(agent)["CTXD_TOKEN_FILE"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    server_at, agent_at = _in_mount(ctxd, server_file), _in_mount(agent, agent_file)
+    assert server_at and agent_at and server_at == agent_at  # the same file of the same volume
+    assert "secret" in volumes[server_at[0]]  # a Secret, not a file baked into an image
+
+    # The same file on this machine, with the pod's environment mapped onto it.
+    secret_dir = tmp_path / "secret"
+    secret_dir.mkdir()
+    (secret_dir / server_at[1]).write_text("token-from-the-secret\n")
+    server_env = {k: v for k, v in _env(ctxd).items() if k.startswith("CTXD_")}
+    server_env.pop("CTXD_LISTEN")  # only loopback here
+    server_env.pop("CTXD_METRICS_LISTEN", None)
+    server_env["CTXD_AUTH_TOKEN_FILE"] = str(secret_dir / server_at[1])
+    sidecar = spawn_sidecar("--store", "memory://", env=server_env)
+    agent_env = {**_env(agent), "CTXD_ADDRESS": sidecar.address}
+    agent_env["CTXD_TOKEN_FILE"] = str(secret_dir / agent_at[1])
+    code = (
+        "from ctxd_client import Client\n"
+        "with Client() as c:\n"
+        "    print(c.append_turn('k8s', [{'user': {'text': 'hi'}}]).version)\n"
+    )
+    base = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT / "clients" / "python")}
+
+    def agent_run(env: dict[str, str]) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-c", code],
+            env={**base, **env},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    ok = agent_run(agent_env)
+    assert ok.returncode == 0 and ok.stdout.strip() == "1", ok.stderr
+    # Without the file the same agent is refused: the file is what lets it in.
+    refused = agent_run({k: v for k, v in agent_env.items() if k != "CTXD_TOKEN_FILE"})
+    assert refused.returncode != 0 and "UNAUTHENTICATED" in refused.stderr

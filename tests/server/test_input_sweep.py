@@ -580,12 +580,21 @@ def implemented(channel, svc: str, name: str, metadata=None) -> bool:
     return code != SC.UNIMPLEMENTED
 
 
-@pytest.fixture
-def lmdb_sidecar(start_sidecar, tmp_path):
-    uri = f"lmdb://{tmp_path / 'sweep'}?map_size=512MiB"
-    sc = start_sidecar(uri)
+@pytest.fixture(scope="module")
+def lmdb_sidecar(start_module_sidecar):
+    """One seeded sidecar for the module: every sweep compares the whole store
+    before and after its inputs, so a sweep that changed anything fails there."""
+    sc = start_module_sidecar(lambda d: f"lmdb://{d / 'sweep'}?map_size=512MiB")
     seed(sc)
-    return sc, str(tmp_path)
+    return sc, str(sc.extra["dir"])
+
+
+@pytest.fixture(scope="module")
+def authed_sidecar(start_module_sidecar):
+    """One sidecar with a token for every way of getting the token wrong."""
+    running = start_module_sidecar(lambda d: f"lmdb://{d / 'auth'}", auth_token=TOKEN)
+    seed_md(running, [("authorization", f"Bearer {TOKEN}")])
+    return running
 
 
 def _bump(n: int = 1) -> None:
@@ -641,10 +650,10 @@ def test_hostile_input_gets_a_clear_error_and_harms_nothing(lmdb_sidecar, svc, n
     ],
     ids=["missing", "wrong", "no-scheme", "empty", "trailing-space", "other-scheme"],
 )
-def test_every_rpc_refuses_a_missing_or_wrong_token(start_sidecar, tmp_path, metadata):
-    running = start_sidecar(f"lmdb://{tmp_path / 'auth'}", auth_token=TOKEN)
+def test_every_rpc_refuses_a_missing_or_wrong_token(authed_sidecar, metadata):
+    running = authed_sidecar
+    tmp_path = running.extra["dir"]
     good = [("authorization", f"Bearer {TOKEN}")]
-    seed_md(running, good)
     before = snapshot(running, good)
     tried = 0
     for svc, name in METHODS:

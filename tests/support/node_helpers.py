@@ -3,8 +3,12 @@ is missing, and install a package's locked dependencies once per session."""
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -26,15 +30,25 @@ def require_node_and_npm() -> None:
 
 
 def npm_ci(package: Path) -> None:
-    """``npm ci`` in ``package`` (which also builds it, through ``prepare``), once a session."""
+    """``npm ci`` in ``package`` (which also builds it, through ``prepare``), once a
+    test run: parallel workers take a lock, and the first one installs."""
     if package in _installed:
         return
-    proc = subprocess.run(
-        ["npm", "ci", "--no-audit", "--no-fund"],
-        cwd=package,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, f"npm ci in {package} failed:\n{proc.stdout}\n{proc.stderr}"
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", f"pid-{os.getpid()}")
+    marker = package / "node_modules" / ".ctxd-test-run"
+    name = hashlib.sha1(str(package).encode()).hexdigest()[:12]
+    with open(Path(tempfile.gettempdir()) / f"ctxd-npm-ci-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (marker.is_file() and marker.read_text() == run):
+            proc = subprocess.run(
+                ["npm", "ci", "--no-audit", "--no-fund"],
+                cwd=package,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+            assert proc.returncode == 0, (
+                f"npm ci in {package} failed:\n{proc.stdout}\n{proc.stderr}"
+            )
+            marker.write_text(run)
     _installed.add(package)

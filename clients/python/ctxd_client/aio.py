@@ -11,6 +11,7 @@ import grpc
 from ctxd_client import _ops as ops
 from ctxd_client._api.ctxd.v1 import context_pb2 as pb
 from ctxd_client._base import DEFAULT_RETRY, DEFAULT_TIMEOUT, Retry, _Verbs, channel_args
+from ctxd_client._connect import CannotConnect, TokenSource, diagnose
 from ctxd_client._watch import AsyncWatch
 from ctxd_client.errors import CtxdError, Unavailable, from_rpc_error
 
@@ -32,6 +33,7 @@ class AsyncClient(_Verbs):
         client_cert: bytes | str | os.PathLike | None = None,
         client_key: bytes | str | os.PathLike | None = None,
         server_name: str | None = None,
+        token_file: str | os.PathLike | None = None,
         timeout: float | None = DEFAULT_TIMEOUT,
         retry: Retry = DEFAULT_RETRY,
     ) -> None:
@@ -49,11 +51,15 @@ class AsyncClient(_Verbs):
             if creds
             else grpc.aio.insecure_channel(target, options)
         )
-        token = token if token is not None else os.environ.get("CTXD_TOKEN")
-        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._plaintext = creds is None
+        self._tokens = TokenSource(token, None if token_file is None else os.fspath(token_file))
         self._timeout = timeout
         self._retry = retry
         self._stub = self._stubs(self._channel)
+
+    @property
+    def _metadata(self) -> tuple:
+        return self._tokens.metadata()
 
     async def close(self) -> None:
         await self._channel.close()
@@ -72,7 +78,14 @@ class AsyncClient(_Verbs):
                 return await method(call.request, timeout=timeout, metadata=self._metadata)
             except grpc.RpcError as err:
                 exc = from_rpc_error(err)
-                if not isinstance(exc, Unavailable) or attempt == attempts - 1:
+                if isinstance(exc, Unavailable):  # the diagnosis may probe the port
+                    exc = await asyncio.to_thread(
+                        diagnose, exc, self.address, plaintext=self._plaintext
+                    )
+                else:
+                    exc = diagnose(exc, self.address, plaintext=self._plaintext)
+                retry = isinstance(exc, Unavailable) and not isinstance(exc, CannotConnect)
+                if not retry or attempt == attempts - 1:
                     raise exc from None
             await asyncio.sleep(self._retry.delay(attempt))
         raise AssertionError("unreachable")

@@ -11,6 +11,7 @@ import grpc
 from ctxd_client import _ops as ops
 from ctxd_client._api.ctxd.v1 import context_pb2 as pb
 from ctxd_client._base import DEFAULT_RETRY, DEFAULT_TIMEOUT, Retry, _Verbs, channel_args
+from ctxd_client._connect import CannotConnect, TokenSource, diagnose
 from ctxd_client._watch import Watch
 from ctxd_client.errors import CtxdError, Unavailable, from_rpc_error
 
@@ -19,8 +20,12 @@ class Client(_Verbs):
     """A connection to one sidecar; thread-safe; close it (or use ``with``).
 
     ``address`` defaults to $CTXD_ADDRESS, then 127.0.0.1:50051; ``token``
-    to $CTXD_TOKEN. TLS is on when ``tls`` or any of the certificate
-    arguments (PEM bytes or a file path) is given.
+    to the contents of ``token_file`` or $CTXD_TOKEN_FILE (re-read when the
+    file changes), then $CTXD_TOKEN. A call that retrying cannot help (a TLS
+    mismatch, no gRPC server at the address, UNIMPLEMENTED, UNAUTHENTICATED)
+    fails at once with the address and the cause; UNAVAILABLE is retried.
+    TLS is on when ``tls`` or any of the certificate arguments (PEM bytes or
+    a file path) is given.
     """
 
     def __init__(
@@ -33,6 +38,7 @@ class Client(_Verbs):
         client_cert: bytes | str | os.PathLike | None = None,
         client_key: bytes | str | os.PathLike | None = None,
         server_name: str | None = None,
+        token_file: str | os.PathLike | None = None,
         timeout: float | None = DEFAULT_TIMEOUT,
         retry: Retry = DEFAULT_RETRY,
     ) -> None:
@@ -50,11 +56,15 @@ class Client(_Verbs):
             if creds
             else grpc.insecure_channel(target, options)
         )
-        token = token if token is not None else os.environ.get("CTXD_TOKEN")
-        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._plaintext = creds is None
+        self._tokens = TokenSource(token, None if token_file is None else os.fspath(token_file))
         self._timeout = timeout
         self._retry = retry
         self._stub = self._stubs(self._channel)
+
+    @property
+    def _metadata(self) -> tuple:
+        return self._tokens.metadata()
 
     def close(self) -> None:
         self._channel.close()
@@ -72,8 +82,9 @@ class Client(_Verbs):
             try:
                 return method(call.request, timeout=timeout, metadata=self._metadata)
             except grpc.RpcError as err:
-                exc = from_rpc_error(err)
-                if not isinstance(exc, Unavailable) or attempt == attempts - 1:
+                exc = diagnose(from_rpc_error(err), self.address, plaintext=self._plaintext)
+                retry = isinstance(exc, Unavailable) and not isinstance(exc, CannotConnect)
+                if not retry or attempt == attempts - 1:
                     raise exc from None
             time.sleep(self._retry.delay(attempt))
         raise AssertionError("unreachable")

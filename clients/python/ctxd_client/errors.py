@@ -30,6 +30,10 @@ class CtxdError(Exception):
     """Any error from ctxd or from this client; ``code`` is None for client-side ones."""
 
     code: grpc.StatusCode | None = None
+    #: The address called and what went wrong there, for failures of the
+    #: connection rather than of the request (set by the client).
+    address: str = ""
+    cause: str = ""
 
     def __init__(
         self,
@@ -66,6 +70,8 @@ class CtxdError(Exception):
 
     def __str__(self) -> str:
         name = self.code.name if self.code else "CLIENT"
+        if self.address:
+            return f"{name}: {self.address}: {self.cause} ({self.message})"
         return f"{name}: {self.message}"
 
 

@@ -2,15 +2,30 @@
 // (appendTurn, turn: append and read in one call, slice with sinceVersion, memory verbs, watch), paging followed,
 // AppendTurn retried on UNAVAILABLE under one idempotency key.
 import { randomUUID } from "node:crypto";
-import { create, fromJson, type DescMessage, type JsonObject, type MessageInitShape } from "@bufbuild/protobuf";
+import { create, fromJson, type JsonObject, type MessageInitShape } from "@bufbuild/protobuf";
 import { Code, createClient, type CallOptions, type Client, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import * as pb from "./gen/ctxd/v1/context_pb.js";
 import * as mpb from "./gen/ctxd/v1/memory_pb.js";
+import { explain, TokenSource } from "./connect.js";
+import {
+  type ProviderFormat,
+  type ProviderSlice,
+  type ProviderTurn,
+  type ProviderTurnInput,
+  providerFormat,
+  providerOut,
+  providerPages,
+  setField,
+  sliceOut,
+  turnOut,
+} from "./shapes.js";
 import { CtxdError, toCtxdError } from "./errors.js";
 
 export * from "./errors.js";
 export { CtxdSession, type CtxdSessionOptions, type Summarise } from "./integrations/openaiAgents.js";
+export { VERSION } from "./version.js";
+export type { ProviderFormat, ProviderSlice, ProviderTurn, ProviderTurnInput } from "./shapes.js";
 export { pb, mpb };
 
 export interface TlsOptions {
@@ -32,8 +47,10 @@ export interface RetryOptions {
 export interface ClientOptions {
   /** host:port; defaults to $CTXD_ADDRESS, then 127.0.0.1:50051. */
   address?: string;
-  /** Bearer token; defaults to $CTXD_TOKEN. */
+  /** Bearer token; defaults to the contents of ``tokenFile``, then $CTXD_TOKEN. */
   token?: string;
+  /** File holding the bearer token, re-read when it changes; defaults to $CTXD_TOKEN_FILE. */
+  tokenFile?: string;
   tls?: TlsOptions;
   /** Deadline per call in milliseconds (default 10000). */
   timeoutMs?: number;
@@ -115,55 +132,6 @@ const CHANGES: Record<number, SliceChange> = {
   [pb.SliceChange.REPLACE]: "replace",
 };
 
-/** A provider's own message shape, passed through as JSON. */
-export type ProviderFormat = "openai" | "anthropic" | "openai_responses";
-
-/** The slice in a provider's shape; ``system`` is its separate system prompt (anthropic). */
-export interface ProviderSlice {
-  version: bigint;
-  incarnation: string;
-  messages: unknown[];
-  system: unknown;
-  change?: SliceChange;
-}
-
-// Provider formats are newer than some sidecars' API: look the fields up by name.
-function providerFormat(format: ProviderFormat, schema: DescMessage, field: string): number {
-  const e = pb.file_ctxd_v1_context.enums.find((x) => x.name === "MessageFormat");
-  const value = e?.values.find((v) => v.name === `MESSAGE_FORMAT_${format.toUpperCase()}`);
-  if (!value || !schema.fields.some((f) => f.name === field)) {
-    throw new CtxdError("this sidecar's API has no provider formats");
-  }
-  return value.number;
-}
-
-function setField(msg: object, schema: DescMessage, name: string, value: unknown): void {
-  const field = schema.fields.find((f) => f.name === name);
-  if (field) (msg as Record<string, unknown>)[field.localName] = value;
-}
-
-function getField(msg: object, schema: DescMessage, name: string): string {
-  const field = schema.fields.find((f) => f.name === name);
-  return field ? String((msg as Record<string, unknown>)[field.localName] ?? "") : "";
-}
-
-type Provided = { role?: unknown; content?: unknown };
-
-function blocks(content: unknown): unknown[] {
-  return typeof content === "string" ? [{ type: "text", text: content }] : (content as unknown[]);
-}
-
-// Anthropic pages: a user message continuing a user message is merged into it.
-function joinPage(format: ProviderFormat, held: unknown[], page: unknown[]): void {
-  const last = held[held.length - 1] as Provided | undefined;
-  const first = page[0] as Provided | undefined;
-  if (format === "anthropic" && last?.role === "user" && first?.role === "user") {
-    held[held.length - 1] = { ...last, content: [...blocks(last.content), ...blocks(first.content)] };
-    page = page.slice(1);
-  }
-  held.push(...page);
-}
-
 const DEFAULT_RETRY: RetryOptions = { attempts: 8, initialBackoffMs: 100, maxBackoffMs: 4000 };
 const PAGE_RESTARTS = 3;
 
@@ -223,18 +191,20 @@ export class CtxdClient {
   readonly memory: Client<typeof mpb.MemoryService>;
   private readonly timeoutMs: number;
   private readonly retryPolicy: RetryOptions;
+  private readonly tls: boolean;
 
   constructor(options: ClientOptions = {}) {
     this.address = options.address ?? process.env.CTXD_ADDRESS ?? "127.0.0.1:50051";
-    const token = options.token ?? process.env.CTXD_TOKEN;
-    const interceptors: Interceptor[] = [];
-    if (token) {
-      interceptors.push((next) => (req) => {
-        req.header.set("authorization", `Bearer ${token}`);
+    const tokens = new TokenSource(options.token, options.tokenFile);
+    const interceptors: Interceptor[] = [
+      (next) => (req) => {
+        const token = tokens.token();
+        if (token) req.header.set("authorization", `Bearer ${token}`);
         return next(req);
-      });
-    }
+      },
+    ];
     const tls = options.tls;
+    this.tls = tls !== undefined;
     const transport = createGrpcTransport({
       baseUrl: `${tls ? "https" : "http"}://${this.address}`,
       interceptors,
@@ -250,14 +220,15 @@ export class CtxdClient {
     return { timeoutMs: call.timeoutMs ?? this.timeoutMs, signal: call.signal };
   }
 
-  // One unary call; retried on UNAVAILABLE when it is safe to repeat.
+  // One unary call; retried on UNAVAILABLE when it is safe to repeat. A failure no retry can fix
+  // (TLS mismatch, no gRPC server, not ctxd, no token) is thrown at once with the address and cause.
   private async unary<T>(fn: (o: CallOptions) => Promise<T>, call: Call | undefined, retry: boolean): Promise<T> {
     const attempts = retry ? this.retryPolicy.attempts : 1;
     for (let attempt = 0; ; attempt += 1) {
       try {
         return await fn(this.opts(call));
       } catch (err) {
-        const e = toCtxdError(err);
+        const e = await explain(toCtxdError(err), this.address, this.tls, call?.signal);
         if (e.code !== Code.Unavailable || attempt >= attempts - 1) throw e;
       }
       const base = Math.min(this.retryPolicy.maxBackoffMs, this.retryPolicy.initialBackoffMs * 2 ** attempt);
@@ -286,7 +257,21 @@ export class CtxdClient {
     contextId: string,
     messages: MessageInput[],
     options: Since & { pageSize?: number } & WithoutSummary & TurnOptions & Call,
-  ): Promise<Turn> {
+  ): Promise<Turn>;
+  /**
+   * The same with the turn in a provider's shape (``{ format: "openai", messagesJson }``): what an
+   * OpenAI- or Anthropic-shaped runtime sent and got, in one call; ``next`` comes in that shape too.
+   */
+  async turn(
+    contextId: string,
+    input: ProviderTurnInput,
+    options: Since & { pageSize?: number; cacheBreakpoint?: boolean } & WithoutSummary & TurnOptions & Call,
+  ): Promise<ProviderTurn>;
+  async turn(
+    contextId: string,
+    messages: MessageInput[] | ProviderTurnInput,
+    options: Since & { pageSize?: number; cacheBreakpoint?: boolean } & WithoutSummary & TurnOptions & Call,
+  ): Promise<Turn | ProviderTurn> {
     const read: Record<string, unknown> = {
       contextId,
       view: pb.ContextView.SLICE,
@@ -295,14 +280,55 @@ export class CtxdClient {
       pageSize: options.pageSize,
     };
     withoutSummary(read, options);
-    const req = turnRequest(contextId, messages, options);
+    const provider = Array.isArray(messages) ? undefined : messages;
+    let req: pb.AppendTurnRequest;
+    if (provider) {
+      req = this.providerRequest(contextId, provider, options);
+      setField(read, pb.GetContextRequestSchema, "format", providerFormat(provider.format, pb.GetContextRequestSchema, "format"));
+      if (options.cacheBreakpoint) setField(read, pb.GetContextRequestSchema, "cache_breakpoint", true);
+    } else {
+      req = turnRequest(contextId, messages as MessageInput[], options);
+    }
     const init = read as MessageInitShape<typeof pb.GetContextRequestSchema>;
     req.read = create(pb.GetContextRequestSchema, init);
     const appended = await this.unary((o) => this.contexts.appendTurn(req, o), options, true);
     // Later pages continue the turn's read; a sidecar without it (an older API) is read here whole.
     const pages = await this.pages(init, options, appended.read);
-    const next = { ...versionOf(pages[0]), messages: pages.flatMap((p) => p.slice) };
-    return { appended, next: { ...next, change: CHANGES[pages[0].change] ?? "replace" } };
+    const change = CHANGES[pages[0].change] ?? "replace";
+    if (provider) {
+      const next = providerOut({ ...versionOf(pages[0]), ...providerPages(provider.format, pages), change });
+      return turnOut({ appended, next });
+    }
+    const next = sliceOut({ ...versionOf(pages[0]), messages: pages.flatMap((p) => p.slice), change });
+    return turnOut({ appended, next });
+  }
+
+  // An AppendTurnRequest carrying a provider's messages as JSON.
+  private providerRequest(
+    contextId: string,
+    input: ProviderTurnInput,
+    options: { idempotencyKey?: string; expectedVersion?: number | bigint; model?: string },
+  ): pb.AppendTurnRequest {
+    const value = providerFormat(input.format, pb.AppendTurnRequestSchema, "messages_json");
+    if (input.system !== undefined && input.format !== "anthropic") {
+      throw new CtxdError('system is the Anthropic system argument: use it with format "anthropic"');
+    }
+    if ((input.messagesJson === undefined) === (input.messages === undefined)) {
+      throw new CtxdError("give exactly one of messagesJson and messages");
+    }
+    const req = create(pb.AppendTurnRequestSchema, {
+      contextId,
+      idempotencyKey: options.idempotencyKey ?? randomUUID(),
+      expectedVersion: big(options.expectedVersion),
+      model: options.model,
+    });
+    const json = input.messagesJson ?? JSON.stringify(input.messages);
+    setField(req, pb.AppendTurnRequestSchema, "messages_json", json);
+    setField(req, pb.AppendTurnRequestSchema, "format", value);
+    if (input.system !== undefined) {
+      setField(req, pb.AppendTurnRequestSchema, "system_json", JSON.stringify(input.system));
+    }
+    return req;
   }
 
   /** Appends a turn given in a provider's format (JSON passed through), when the sidecar has them. */
@@ -318,21 +344,7 @@ export class CtxdClient {
       system?: unknown;
     } & Call = {},
   ): Promise<pb.AppendTurnResponse> {
-    const value = providerFormat(format, pb.AppendTurnRequestSchema, "messages_json");
-    if (options.system !== undefined && format !== "anthropic") {
-      throw new CtxdError('system is the Anthropic system argument: use it with format "anthropic"');
-    }
-    const req = create(pb.AppendTurnRequestSchema, {
-      contextId,
-      idempotencyKey: options.idempotencyKey ?? randomUUID(),
-      expectedVersion: big(options.expectedVersion),
-      model: options.model,
-    });
-    setField(req, pb.AppendTurnRequestSchema, "messages_json", JSON.stringify(messages));
-    setField(req, pb.AppendTurnRequestSchema, "format", value);
-    if (options.system !== undefined) {
-      setField(req, pb.AppendTurnRequestSchema, "system_json", JSON.stringify(options.system));
-    }
+    const req = this.providerRequest(contextId, { format, messages, system: options.system }, options);
     return this.unary((o) => this.contexts.appendTurn(req, o), options, true);
   }
 
@@ -358,17 +370,9 @@ export class CtxdClient {
     if (breakpoint && options.cacheBreakpoint) init[breakpoint.localName] = true;
     withoutSummary(init, options);
     const pages = await this.pages(init as MessageInitShape<typeof pb.GetContextRequestSchema>, options);
-    const messages: unknown[] = [];
-    let system: unknown = undefined;
-    for (const page of pages) {
-      const got = JSON.parse(getField(page, pb.GetContextResponseSchema, "messages_json") || "[]") as unknown[];
-      joinPage(format, messages, got);
-      const sys = getField(page, pb.GetContextResponseSchema, "system_json");
-      if (sys) system = [...((system as unknown[] | undefined) ?? []), ...blocks(JSON.parse(sys))];
-    }
-    const out: ProviderSlice = { ...versionOf(pages[0]), messages, system };
+    const out: ProviderSlice = { ...versionOf(pages[0]), ...providerPages(format, pages) };
     if (options.sinceVersion !== undefined) out.change = CHANGES[pages[0].change] ?? "replace";
-    return out;
+    return providerOut(out);
   }
 
   // Every page of one GetContext read (continuing from ``first`` when the first page came some
@@ -417,8 +421,8 @@ export class CtxdClient {
     withoutSummary(init, options);
     const pages = await this.pages(init as MessageInitShape<typeof pb.GetContextRequestSchema>, options);
     const out: Slice = { ...versionOf(pages[0]), messages: pages.flatMap((p) => p.slice) };
-    if (options.sinceVersion === undefined) return out;
-    return { ...out, change: CHANGES[pages[0].change] ?? "replace" };
+    if (options.sinceVersion === undefined) return sliceOut(out);
+    return sliceOut({ ...out, change: CHANGES[pages[0].change] ?? "replace" });
   }
 
   /** The whole record, every message (the last ``lastN`` when given). */

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from ctxd_plugins.postgres.store import PostgresStore
 
 #: Installed by the ``postgres`` extra; imported only when such a store opens.
-EXTRA = "pip install 'ctxd-sidecar[postgres]'"
+EXTRA = "pip install '.[postgres]' from a ctxd clone"
 SCHEMES = ("postgres", "postgresql")
 
 

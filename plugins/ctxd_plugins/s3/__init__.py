@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from ctxd_plugins.s3.store import S3Store
 
 #: Installed by the ``s3`` extra; imported only when an s3:// store opens.
-EXTRA = "pip install 'ctxd-sidecar[s3]'"
+EXTRA = "pip install '.[s3]' from a ctxd clone"
 
 #: Seconds: positive and finite (``inf`` or ``nan`` would reach botocore).
 Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]

@@ -18,6 +18,10 @@ from ctxd_sidecar.admin.connect import AdminError, add_connection_flags, target
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 
 VERBS = ("health", "contexts", "memory", "watch")
+#: Health services a sidecar serves ('' is the process itself).
+KNOWN_SERVICES = ("''", "ctxd.v1.ContextService", "ctxd.v1.MemoryService")
+#: Messages `contexts show` prints when --tail is not given.
+DEFAULT_TAIL = 20
 #: Summary list items `contexts show` prints per field.
 SUMMARY_ITEMS = 5
 
@@ -41,7 +45,12 @@ def register(sub) -> None:
     _common(ls)
     show = cs.add_parser("show", help="one context: record, summary, plan, last messages")
     show.add_argument("id")
-    show.add_argument("--tail", type=int, default=20, help="messages to show (default 20)")
+    show.add_argument(
+        "--tail",
+        type=int,
+        default=None,
+        help="last messages to show (default 20; with --json every message unless given)",
+    )
     _common(show)
     ex = cs.add_parser("export", help="contexts as JSON lines (header, then messages)")
     ex.add_argument("ids", nargs="+", metavar="ID")
@@ -102,7 +111,12 @@ def _health(client: Client, args) -> int:
     try:
         status = client.health(args.service)
     except AdminError as exc:
-        status, detail = "UNREACHABLE", exc.message
+        if exc.message.startswith("NOT_FOUND"):
+            # The sidecar answered: it serves no health service by that name.
+            status = "SERVICE_UNKNOWN"
+            detail = f"no health service named {args.service!r}; known: {', '.join(KNOWN_SERVICES)}"
+        else:
+            status, detail = "UNREACHABLE", exc.message
     else:
         detail = ""
     if args.json:
@@ -160,7 +174,10 @@ def _contexts_show(client: Client, args) -> int:
         full = pb.Context()
         full.CopyFrom(ctx)
         del full.messages[:]
-        full.messages.extend(messages)
+        if args.tail is None:
+            full.messages.extend(messages)
+        elif args.tail > 0:
+            full.messages.extend(messages[-args.tail :])
         render.emit_json(render.as_dict(full))
         return 0
     rows = [
@@ -205,7 +222,8 @@ def _contexts_show(client: Client, args) -> int:
                 for i in ctx.plan.items
             ],
         )
-    tail = messages[-args.tail :] if args.tail > 0 else []
+    count = DEFAULT_TAIL if args.tail is None else args.tail
+    tail = messages[-count:] if count > 0 else []
     if tail:
         print(f"\nlast {len(tail)} of {len(messages)} messages")
         render.table(

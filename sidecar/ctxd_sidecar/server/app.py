@@ -22,6 +22,7 @@ from ctxd_sidecar.config import Config
 from ctxd_sidecar.core.errors import CtxdError
 from ctxd_sidecar.plugins import plugin_manager
 from ctxd_sidecar.server import composition
+from ctxd_sidecar.server.exposure import exposure_warning
 from ctxd_sidecar.server.layers import (
     HEALTH_WATCH,
     WATCH_CONTEXT,
@@ -143,6 +144,9 @@ class Sidecar:
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self._store_ok = True
         self._probe = asyncio.create_task(self._watch_store(), name="store-probe")
+        warning = exposure_warning(cfg.listen, token=bool(token), tls=credentials is not None)
+        if warning:
+            log.warning(warning)
         log.info(
             "serving",
             extra={

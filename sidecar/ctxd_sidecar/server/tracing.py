@@ -16,7 +16,7 @@ from typing import Any
 
 from ctxd_sidecar.config import Config
 
-EXTRA = "pip install 'ctxd-sidecar[otel]'"
+EXTRA = "pip install '.[otel]' from a ctxd clone"
 
 
 class Tracing:

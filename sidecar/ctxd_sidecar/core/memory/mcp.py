@@ -111,7 +111,7 @@ class McpMemory(MemoryBackend):
     async def start(self) -> None:
         if importlib.util.find_spec("mcp") is None:
             raise ValueError(
-                "memory.mcp_server needs the mcp package: pip install 'ctxd-sidecar[mcp]'"
+                "memory.mcp_server needs the mcp package: pip install '.[mcp]' from a ctxd clone"
             )
         try:
             await self._session()

@@ -110,7 +110,7 @@ class SkillCatalogue:
                 import mcp  # noqa: F401
             except ImportError:
                 raise RuntimeError(
-                    "skills.servers needs the mcp package (pip install 'ctxd-sidecar[mcp]')"
+                    "skills.servers needs the mcp package (pip install '.[mcp]' from a ctxd clone)"
                 ) from None
         self._started = True
         for link in self._links:
