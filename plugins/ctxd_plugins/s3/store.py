@@ -15,6 +15,8 @@ import time
 import boto3
 import botocore.config
 import botocore.exceptions
+
+from ctxd_plugins.s3.lineage import WRITE_ID, Lineages, Outcome, judge
 from ctxd_sidecar.store import (
     Capability,
     Item,
@@ -23,8 +25,6 @@ from ctxd_sidecar.store import (
     StoreError,
     StoreUnavailable,
 )
-
-from ctxd_plugins.s3.lineage import WRITE_ID, Lineages, Outcome, judge
 
 #: A request failed on its connection: it may or may not have reached S3.
 _CONNECTION_FAILED = (botocore.exceptions.HTTPClientError, botocore.exceptions.ConnectionError)
