@@ -43,6 +43,7 @@ from typing import IO
 
 from google.protobuf import json_format
 
+from ctxd_sidecar.admin import import_check
 from ctxd_sidecar.admin.client import Client
 from ctxd_sidecar.admin.connect import AdminError
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
@@ -51,9 +52,7 @@ FORMAT = 1
 #: Messages per AppendTurn on import (the server's default cap is 256).
 TURN = 200
 PLACEHOLDER = "folded before export"
-#: The largest model_window AppendTurn accepts (ctxd_sidecar.core.contexts.turns;
-#: not imported, to keep the client light).
-MAX_MODEL_WINDOW = 100_000_000
+MAX_MODEL_WINDOW = import_check.MAX_MODEL_WINDOW
 
 
 def _dict(msg) -> dict:
@@ -112,8 +111,11 @@ def export_lines(ctx: pb.Context, messages: list[pb.Message]) -> Iterator[str]:
 
 
 def parse(lines: Iterable[str]) -> Iterator[tuple[dict, list[pb.Message]]]:
-    """(header, messages) per exported context; AdminError(code 2) on bad input."""
+    """(header, messages) per exported context; AdminError(code 2) on bad
+    input, naming the line and the field (:mod:`ctxd_sidecar.admin.import_check`)."""
     header: dict | None = None
+    at = 0  # the header's line
+    seen: dict[str, int] = {}
     messages: list[pb.Message] = []
     for n, line in enumerate(lines, 1):
         if not line.strip():
@@ -124,27 +126,35 @@ def parse(lines: Iterable[str]) -> Iterator[tuple[dict, list[pb.Message]]]:
             raise AdminError(f"line {n}: not JSON ({exc.msg})", 2) from None
         if isinstance(obj, dict) and "ctxd_export" in obj:
             if header is not None:
-                yield _checked(header, messages)
+                yield _checked(at, header, messages)
             if obj["ctxd_export"] != FORMAT:
                 raise AdminError(f"line {n}: unknown export format {obj['ctxd_export']!r}", 2)
-            header, messages = obj, []
+            import_check.header(n, obj)
+            if obj["id"] in seen:
+                raise AdminError(
+                    f"line {n}: field 'id': context {obj['id']} is already in the file "
+                    f"(line {seen[obj['id']]})",
+                    2,
+                )
+            seen[obj["id"]] = n
+            header, messages, at = obj, [], n
             continue
         if header is None:
             raise AdminError(f"line {n}: a message before any context header", 2)
         try:
             messages.append(json_format.ParseDict(obj, pb.Message()))
-        except (json_format.ParseError, TypeError) as exc:
+        except (json_format.ParseError, TypeError, ValueError) as exc:
             raise AdminError(f"line {n}: not a ctxd message ({exc})", 2) from None
     if header is None:
         raise AdminError("no context in the input", 2)
-    yield _checked(header, messages)
+    yield _checked(at, header, messages)
 
 
-def _checked(header: dict, messages: list[pb.Message]) -> tuple[dict, list[pb.Message]]:
+def _checked(at: int, header: dict, messages: list[pb.Message]) -> tuple[dict, list[pb.Message]]:
     if header.get("messages", len(messages)) != len(messages):
         raise AdminError(
-            f"context {header.get('id')}: header says {header['messages']} messages, "
-            f"found {len(messages)} (truncated file?)",
+            f"line {at}: field 'messages': context {header.get('id')}: header says "
+            f"{header['messages']} messages, found {len(messages)} (truncated file?)",
             2,
         )
     return header, messages
@@ -156,18 +166,27 @@ def _has_summary(summary: pb.Summary) -> bool:
     )
 
 
-def import_context(client: Client, header: dict, messages: list[pb.Message]) -> dict:
+def check_absent(client: Client, ids: list[str]) -> None:
+    """Refuse, before anything is written, a file naming a context the
+    sidecar already holds (one with messages)."""
+    for cid in ids:
+        existing = client.info(cid)
+        if existing is not None and existing.message_count:
+            raise AdminError(
+                f"FAILED_PRECONDITION: context {cid} already exists with "
+                f"{existing.message_count} messages; delete it first (nothing was imported)"
+            )
+
+
+def import_context(client: Client, header: dict, messages: list[pb.Message]) -> dict | None:
     """Rebuild one context in a sidecar that does not hold it yet; one that
-    fails half-way is deleted again, so the import can simply be retried."""
+    fails half-way is deleted again, so the import can simply be retried.
+    None when there was nothing to create (no messages, nothing folded)."""
     cid = header.get("id") or ""
-    existing = client.info(cid)
-    if existing is not None and existing.message_count:
-        raise AdminError(
-            f"FAILED_PRECONDITION: context {cid} already exists with "
-            f"{existing.message_count} messages; delete it first"
-        )
+    check_absent(client, [cid])
     try:
-        return _rebuild(client, cid, header, messages)
+        done = _rebuild(client, cid, header, messages)
+        return done if client.info(cid) is not None else None
     except BaseException:
         with contextlib.suppress(AdminError):
             client.delete(cid)
