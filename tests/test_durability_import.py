@@ -9,6 +9,7 @@ import json
 
 import grpc
 import pytest
+from google.protobuf import json_format
 
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as cpb
 from tests.test_admin import ctxd, one_line_error, served  # noqa: F401 - fixture
@@ -109,3 +110,20 @@ def test_only_created_contexts_are_reported(exported, target, tmp_path):
     assert done.stdout.splitlines() == ["imported first: 2 messages", "imported second: 2 messages"]
     assert "skipped empty" in done.stderr
     assert _held(target) == {"first", "second"}
+
+
+def test_what_an_interrupted_import_left_is_imported_again(exported, target, tmp_path):
+    """A context holding a prefix of the file's own messages (ids, times,
+    contents) is what a killed import leaves: the next run replaces it."""
+    first_message = cpb.Message()
+    json_format.Parse(exported[1], first_message)
+    target.contexts.AppendTurn(
+        cpb.AppendTurnRequest(context_id="first", messages=[first_message]), timeout=10
+    )
+    done = _import(tmp_path, exported, target)
+    assert done.returncode == 0, done.stderr
+    again = ctxd("contexts", "export", "first", "second", "--address", target.address)
+    assert again.stdout.splitlines()[1:3] == exported[1:3]
+    assert [json.loads(x) for x in again.stdout.splitlines() if "ctxd_export" not in x] == [
+        json.loads(x) for x in exported if "ctxd_export" not in x
+    ]

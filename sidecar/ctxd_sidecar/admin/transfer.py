@@ -25,8 +25,10 @@ Import rebuilds the context through the public API only:
 * the plan is re-created (ids, titles, details) and each item's status,
   note and binding set; the preflight verdict is set.
 
-An import that fails part-way deletes what it created, so it can be run
-again once the cause is fixed.
+The whole file is checked before anything is written. An import that fails
+part-way deletes what it created, so it can be run again once the cause is
+fixed; one killed part-way leaves a context holding a prefix of the file,
+which the next run recognises, deletes and imports again.
 
 Not restored: the version and timestamps of the record itself, the
 summary's verbatim ledger (not part of the API), loaded skills (named in the
@@ -166,16 +168,65 @@ def _has_summary(summary: pb.Summary) -> bool:
     )
 
 
-def check_absent(client: Client, ids: list[str]) -> None:
-    """Refuse, before anything is written, a file naming a context the
-    sidecar already holds (one with messages)."""
-    for cid in ids:
+#: Header fields an import restores: a context whose export matches the file
+#: on these (and on every message) was imported from it already.
+RESTORED = ("summary", "plan", "preflight", "principal", "task", "model", "model_window")
+
+
+def check_absent(
+    client: Client, contexts: list[tuple[dict, list[pb.Message]]]
+) -> tuple[list[str], list[str]]:
+    """Before anything is written: (ids to import again, ids already
+    imported). A context the sidecar holds is refused (AdminError) unless it
+    holds what importing this same context writes: all of it (imported
+    before: skipped), or a prefix (an import killed half-way: deleted and
+    imported again)."""
+    again, done = [], []
+    for header, messages in contexts:
+        cid = header["id"]
         existing = client.info(cid)
-        if existing is not None and existing.message_count:
+        if existing is None or not existing.message_count:
+            continue
+        left = left_by_import(client, cid, header, messages)
+        if left is None:
             raise AdminError(
                 f"FAILED_PRECONDITION: context {cid} already exists with "
                 f"{existing.message_count} messages; delete it first (nothing was imported)"
             )
+        (done if left else again).append(cid)
+    return again, done
+
+
+def left_by_import(
+    client: Client, cid: str, header: dict, messages: list[pb.Message]
+) -> bool | None:
+    """True if ``cid`` holds this context as importing it writes, False if
+    a prefix of that (the placeholders of its folded messages, then some of
+    its messages: ids, times, contents; what a killed import leaves), None
+    if anything else."""
+    try:
+        ctx, held = read_full(client, cid)
+    except AdminError:
+        return None
+    folded = int(header.get("folded") or 0)
+    ours = {m.id: m for m in messages}
+    for m in held:
+        if _seq(m.id) <= folded:
+            if not (m.HasField("note") and m.note.text == PLACEHOLDER):
+                return None
+        elif ours.get(m.id) != m:
+            return None
+    if [m.id for m in held] != [m.id for m in messages]:
+        return False
+    now = json.loads(next(export_lines(ctx, held)))
+    return all(_restored(now.get(k)) == _restored(header.get(k)) for k in RESTORED)
+
+
+def _restored(value):
+    """A header field as an import restores it (not the time it was written)."""
+    if isinstance(value, dict):
+        return {k: v for k, v in value.items() if k != "updated_ms"} or None
+    return value or None
 
 
 def import_context(client: Client, header: dict, messages: list[pb.Message]) -> dict | None:
@@ -183,7 +234,12 @@ def import_context(client: Client, header: dict, messages: list[pb.Message]) -> 
     fails half-way is deleted again, so the import can simply be retried.
     None when there was nothing to create (no messages, nothing folded)."""
     cid = header.get("id") or ""
-    check_absent(client, [cid])
+    existing = client.info(cid)
+    if existing is not None and existing.message_count:
+        raise AdminError(
+            f"FAILED_PRECONDITION: context {cid} already exists with "
+            f"{existing.message_count} messages; delete it first"
+        )
     try:
         done = _rebuild(client, cid, header, messages)
         return done if client.info(cid) is not None else None
