@@ -104,15 +104,17 @@ def _run(replicas, proxy, trials: int, budget_s: float) -> None:
         assert counter == acked, f"trial {n}: counter {counter}, acknowledged {acked}"
         done += 1
         dropped += len(proxy.injected) - before
-    print(f"CAS under drops: {done} trials, {done * WRITERS * INCREMENTS} increments, "
-          f"{dropped} connections dropped, 0 lost")
+    print(
+        f"CAS under drops: {done} trials, {done * WRITERS * INCREMENTS} increments, "
+        f"{dropped} connections dropped, 0 lost"
+    )
     assert done >= 1 and dropped >= 1
 
 
 def test_cas_counter_on_s3_under_dropped_connections(replicas, proxy):
-    _run(replicas, proxy, trials=6, budget_s=40)
+    _run(replicas, proxy, trials=6, budget_s=20)
 
 
 @pytest.mark.slow
 def test_cas_counter_on_s3_under_dropped_connections_hundreds_of_trials(replicas, proxy):
-    _run(replicas, proxy, trials=300, budget_s=900)
+    _run(replicas, proxy, trials=300, budget_s=1200)
