@@ -87,6 +87,7 @@ class Incrementer(threading.Thread):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_kill_9_during_cas_under_dropped_connections_loses_no_increment(
     spawn_sidecar, moto_endpoint
 ):
@@ -153,6 +154,7 @@ def _prefix_of(got: tuple, *candidates: tuple) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_kill_9_during_migrate_overwrite_leaves_contexts_readable_and_converges(
     start_sidecar, store_uri_for
 ):
@@ -235,6 +237,7 @@ def _messages_of(lines: list[str], cid: str) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_kill_9_during_import_loses_nothing_reported_and_converges(served, spawn_sidecar, tmp_path):
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
