@@ -51,10 +51,10 @@ def _label(mark: int) -> str:
 
 class _InProcess:
     def __init__(self, store: str) -> None:
-        from ctxd_sidecar import config as config_mod
+        from ctxd_sidecar.config.loader import load_config
         from ctxd_sidecar.server.app import Sidecar
 
-        cfg = config_mod.load(
+        cfg = load_config(
             env={},
             overrides={
                 "store": store,

@@ -90,7 +90,7 @@ class _Sidecar:
         self.cmd = [
             sys.executable,
             "-m",
-            "sidecar",
+            "ctxd_sidecar",
             "serve",
             "--listen",
             self.address,

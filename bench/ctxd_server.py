@@ -21,14 +21,15 @@ def serve(argv: list[str]) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = ap.parse_args(argv)
 
-    from ctxd_sidecar import config, logs
+    from ctxd_sidecar import logs
+    from ctxd_sidecar.config.loader import load_config
     from ctxd_sidecar.server.app import Sidecar, settle_heap
 
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
     overrides = dict(item.split("=", 1) for item in args.set)
     overrides |= {"store": args.store, "listen": "127.0.0.1:0"}
-    cfg = config.load(env={}, overrides=overrides)
+    cfg = load_config(env={}, overrides=overrides)
     logs.setup("WARNING", "text")
 
     async def main() -> None:

@@ -23,6 +23,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ctxd_sidecar import config as config_mod
 from ctxd_sidecar.api.ctxd.v1 import context_pb2_grpc, memory_pb2_grpc
+from ctxd_sidecar.config.loader import load_config
 from ctxd_sidecar.server.app import Sidecar
 
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
@@ -187,7 +188,7 @@ def start_sidecar():
             "listen": "127.0.0.1:0",
             **{k.replace("__", "."): v for k, v in settings.items()},
         }
-        cfg = config_mod.load(env={}, overrides=overrides)
+        cfg = load_config(env={}, overrides=overrides)
         sc = InProcessSidecar(cfg)
         started.append(sc)
         r = sc.running()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from ctxd_sidecar.hookspecs import hookimpl
+from ctxd_sidecar.plugin import hookimpl
 
 _PATTERNS = (
     re.compile(r"AKIA[0-9A-Z]{16}"),

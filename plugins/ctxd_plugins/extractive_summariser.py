@@ -18,11 +18,17 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ctxd_sidecar.config import Config
-from ctxd_sidecar.core.compaction import MessageView, Summary, SummaryRequest, clip
-from ctxd_sidecar.core.compaction.excerpt import compact_json
-from ctxd_sidecar.core.compaction.summary import DEFAULT_CAP, clean_item
-from ctxd_sidecar.hookspecs import hookimpl
+from ctxd_sidecar.plugin import (
+    DEFAULT_CAP,
+    Config,
+    MessageView,
+    Summary,
+    SummaryRequest,
+    clean_item,
+    clip,
+    compact_json,
+    hookimpl,
+)
 
 NAME = "extractive"
 #: Characters of message content one entry keeps (before identifiers).

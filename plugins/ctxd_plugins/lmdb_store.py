@@ -30,23 +30,26 @@ import os
 import queue
 import re
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import lmdb
+from pydantic import field_validator
 
-from ctxd_sidecar.store import (
+from ctxd_sidecar.plugin import (
+    CallStyle,
     Capability,
     Item,
     PreconditionFailed,
     Store,
     StoreError,
     StoreFull,
+    StoreOptions,
     check_precondition,
     content_version,
+    store_hooks,
 )
-from ctxd_sidecar.storeplugin import store_hooks
 
 DEFAULT_MAP_SIZE = 64 << 30
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -65,15 +68,9 @@ LOCK_FILE = "ctxd.lock"
 
 class LmdbStore(Store):
     name = "lmdb"
-    capabilities = frozenset(
-        {
-            Capability.LIST,
-            Capability.DELETE,
-            Capability.CONDITIONAL_PUT,
-            Capability.INLINE_READS,
-            Capability.ASYNC_WRITES,
-            Capability.INLINE_WRITES,
-        }
+    capabilities = frozenset({Capability.LIST, Capability.DELETE, Capability.CONDITIONAL_PUT})
+    call_style = frozenset(
+        {CallStyle.INLINE_READS, CallStyle.ASYNC_WRITES, CallStyle.INLINE_WRITES}
     )
     max_key_bytes = 511  # LMDB's compiled-in MDB_MAXKEYSIZE
     #: Most writes applied in one group-committed transaction.
@@ -335,13 +332,22 @@ def _item(value: bytes | None) -> Item | None:
     return None if value is None else Item(value, content_version(value))
 
 
-def _open(uri: str, options: Mapping[str, str]) -> LmdbStore:
+class LmdbOptions(StoreOptions):
+    #: Largest the environment may grow: bytes, or e.g. ``64GiB``.
+    map_size: int = DEFAULT_MAP_SIZE
+
+    @field_validator("map_size", mode="before")
+    @classmethod
+    def _size(cls, value: object) -> object:
+        return parse_size(value) if isinstance(value, str) else value
+
+
+def _open(uri: str, options: LmdbOptions) -> LmdbStore:
     parts = urlsplit(uri)
     path = unquote(parts.netloc + parts.path)
     if not path:
         raise ValueError("lmdb store URI needs a path, e.g. lmdb:///var/lib/ctxd")
-    map_size = parse_size(options["map_size"]) if "map_size" in options else DEFAULT_MAP_SIZE
-    return LmdbStore(path, map_size=map_size)
+    return LmdbStore(path, map_size=options.map_size)
 
 
-ctxd_store_schemes, ctxd_open_store = store_hooks("lmdb", _open, options=("map_size",))
+ctxd_store_schemes, ctxd_open_store = store_hooks("lmdb", _open, LmdbOptions)

@@ -5,15 +5,21 @@ from __future__ import annotations
 import bisect
 import threading
 
-from ctxd_sidecar.store import Capability, Item, Store, check_precondition, content_version
-from ctxd_sidecar.storeplugin import store_hooks
+from ctxd_sidecar.plugin import (
+    CallStyle,
+    Capability,
+    Item,
+    Store,
+    check_precondition,
+    content_version,
+    store_hooks,
+)
 
 
 class MemoryStore(Store):
     name = "memory"
-    capabilities = frozenset(
-        {Capability.LIST, Capability.DELETE, Capability.CONDITIONAL_PUT, Capability.INLINE_READS}
-    )
+    capabilities = frozenset({Capability.LIST, Capability.DELETE, Capability.CONDITIONAL_PUT})
+    call_style = frozenset({CallStyle.INLINE_READS})
 
     def __init__(self) -> None:
         self._items: dict[str, Item] = {}
@@ -58,6 +64,4 @@ class MemoryStore(Store):
             return out
 
 
-ctxd_store_schemes, ctxd_open_store = store_hooks(
-    "memory", lambda uri, options: MemoryStore(), options=()
-)
+ctxd_store_schemes, ctxd_open_store = store_hooks("memory", lambda uri, options: MemoryStore())

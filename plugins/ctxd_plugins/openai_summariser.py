@@ -15,7 +15,7 @@ work, with a deprecation warning. The API key comes from ``api_key``, else
 logged.
 
 Errors: timeouts, connection failures, 408/429/5xx (after the SDK's bounded
-retries) → :class:`~ctxd_sidecar.core.errors.Unavailable`; other refusals →
+retries) → :class:`~ctxd_sidecar.plugin.Unavailable`; other refusals →
 :class:`~ctxd_sidecar.core.compaction.SummariserError` (``rejected``); unusable
 answers → :class:`~ctxd_sidecar.core.compaction.MalformedAnswer`.
 """
@@ -32,17 +32,21 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, model_validator
 
-from ctxd_sidecar.config import Config, ConfigTable, Positive, PositiveFloat, Table
-from ctxd_sidecar.core import errors
-from ctxd_sidecar.core.compaction import (
+from ctxd_sidecar.plugin import (
     ANSWER_SCHEMA,
+    Config,
+    ConfigTable,
     MalformedAnswer,
+    Positive,
+    PositiveFloat,
     SummariserError,
     Summary,
     SummaryRequest,
+    Table,
+    Unavailable,
+    hookimpl,
     parse_answer,
 )
-from ctxd_sidecar.hookspecs import hookimpl
 
 log = logging.getLogger(__name__)
 
@@ -186,12 +190,12 @@ class OpenAISummariser:
                 response = await client.chat.completions.create(**self._request(request))
                 break
             except openai.APITimeoutError:
-                raise errors.Unavailable(
+                raise Unavailable(
                     f"summariser {NAME!r} at {self.where} did not answer within "
                     f"{self.timeout:g}s (summariser.openai.timeout)"
                 ) from None
             except openai.APIConnectionError:
-                raise errors.Unavailable(
+                raise Unavailable(
                     f"summariser {NAME!r} at {self.where} is unreachable"
                 ) from None
             except openai.APIStatusError as exc:
@@ -200,7 +204,7 @@ class OpenAISummariser:
                     continue
                 detail = self._detail(exc)
                 if status in (408, 429) or status >= 500:
-                    raise errors.Unavailable(
+                    raise Unavailable(
                         f"summariser {NAME!r} at {self.where} answered {status}: {detail}"
                     ) from None
                 raise SummariserError(
@@ -282,8 +286,7 @@ def resolve_api_key(cfg: OpenAIConfig, env: Mapping[str, str]) -> str:
 
 @hookimpl
 def ctxd_config_tables() -> list[ConfigTable]:
-    old = {f"compaction.openai_{key}": key for key in OpenAIConfig.model_fields}
-    return [ConfigTable(TABLE, OpenAIConfig, renamed=old)]
+    return [ConfigTable(TABLE, OpenAIConfig)]
 
 
 @hookimpl

@@ -18,6 +18,7 @@ import sys
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 from ctxd_sidecar import __version__, config, logs  # noqa: E402
+from ctxd_sidecar.config.loader import load_config  # noqa: E402
 
 log = logging.getLogger("ctxd")
 
@@ -151,7 +152,12 @@ def _plugin_manager():
 
 
 def _print_plugins(cfg: config.Config, pm) -> None:
-    from ctxd_sidecar.plugins import available_schemes, each_result, scheme_owners, summariser_owners
+    from ctxd_sidecar.plugins import (
+        available_schemes,
+        each_result,
+        scheme_owners,
+        summariser_owners,
+    )
 
     def line(key: str, owners: list[str]) -> str:
         over = f" (overrides {', '.join(owners[:-1])})" if len(owners) > 1 else ""
@@ -194,12 +200,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         pm = _plugin_manager()
         if args.command == "plugins":
-            cfg = config.load(config_file=args.config, plugins=pm)
+            cfg = load_config(config_file=args.config, plugins=pm)
         elif args.command == "migrate":
             overrides = {"instance": args.instance} if args.instance else {}
-            cfg = config.load(config_file=args.config, overrides=overrides, plugins=pm)
+            cfg = load_config(config_file=args.config, overrides=overrides, plugins=pm)
         else:
-            cfg = config.load(config_file=args.config, overrides=_overrides(args), plugins=pm)
+            cfg = load_config(config_file=args.config, overrides=_overrides(args), plugins=pm)
     except ValueError as exc:
         return _fail(f"configuration error: {exc}")
 

@@ -7,8 +7,8 @@ backends that cannot enumerate) lives in the sidecar, so a plugin author
 writes only what their backend does.
 
 Methods are synchronous and may block; the sidecar calls them from worker
-threads (or inline for backends that declare :attr:`Capability.INLINE_READS`
-or :attr:`Capability.INLINE_WRITES`).
+threads (or inline for backends whose :attr:`Store.call_style` says
+:attr:`CallStyle.INLINE_READS` or :attr:`CallStyle.INLINE_WRITES`).
 Keys are arbitrary non-empty UTF-8 strings already namespaced by the sidecar;
 values are bytes (possibly empty). :mod:`ctxd_sidecar.testing.store_conformance` checks
 a backend against this contract; ``examples/store-plugin`` is a complete
@@ -24,13 +24,12 @@ import asyncio
 import concurrent.futures
 import enum
 import hashlib
-import warnings
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 
 class Capability(enum.StrEnum):
-    """Optional abilities a store declares; the sidecar reads, never probes."""
+    """What a store can do beyond get/put; the sidecar reads, never probes."""
 
     #: ``list()`` enumerates keys by prefix in lexicographic (byte) order.
     LIST = "list"
@@ -48,6 +47,12 @@ class Capability(enum.StrEnum):
     #: by replicas). The sidecar then checks the store on every read of a
     #: context, so each replica serves what any replica acknowledged.
     SHARED = "shared"
+
+
+class CallStyle(enum.StrEnum):
+    """How a store likes to be called (not what it can do): hints the
+    sidecar reads to choose between its event loop and worker threads."""
+
     #: Reads are local and cheap (memory or mmap): the sidecar may call
     #: ``get`` on its event loop instead of in a worker thread.
     INLINE_READS = "inline_reads"
@@ -62,10 +67,6 @@ class Capability(enum.StrEnum):
     #: sidecar then writes on its event loop while no other call is waiting,
     #: and queues (``ASYNC_WRITES``) or uses a worker thread otherwise.
     INLINE_WRITES = "inline_writes"
-
-
-#: Class flags that declared a capability before :class:`Capability` did.
-_LEGACY_FLAGS = {"inline_reads": Capability.INLINE_READS, "async_writes": Capability.ASYNC_WRITES}
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,24 +109,15 @@ class Store(abc.ABC):
 
     #: Backend label used in logs and metrics (e.g. ``"lmdb"``).
     name: ClassVar[str] = "store"
-    #: What this backend can do beyond get/put (the only declaration the
-    #: sidecar reads; may be set per instance, as options decide).
+    #: What this backend can do beyond get/put (may be set per instance, as
+    #: options decide).
     capabilities: frozenset[Capability] = frozenset()
+    #: How it likes to be called (hints; none means worker threads for all).
+    call_style: frozenset[CallStyle] = frozenset()
     #: Longest key the backend accepts, in UTF-8 bytes (``None``: no limit).
     #: The sidecar rejects longer keys with a clear error before calling.
     #: May be set per instance (e.g. S3 less the store's own key prefix).
     max_key_bytes: int | None = None
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        for flag, cap in _LEGACY_FLAGS.items():
-            if flag in vars(cls):
-                warnings.warn(
-                    f"{cls.__name__}.{flag} is deprecated; declare Capability.{cap.name} "
-                    "in capabilities instead",
-                    DeprecationWarning,
-                    stacklevel=3,  # the class statement, past ABCMeta.__new__
-                )
 
     @abc.abstractmethod
     def get(self, key: str) -> Item | None:
@@ -197,14 +189,6 @@ class Store(abc.ABC):
     def describe(self) -> str:
         """A short description for logs, without credentials."""
         return self.name
-
-
-def capabilities_of(store: Store) -> frozenset[Capability]:
-    """What ``store`` declares: its :attr:`Store.capabilities`, plus the
-    deprecated ``inline_reads``/``async_writes`` flags of older plugins."""
-    caps = frozenset(store.capabilities)
-    legacy = {cap for flag, cap in _LEGACY_FLAGS.items() if getattr(store, flag, False)}
-    return caps | legacy if legacy else caps
 
 
 # -- conveniences for plugin authors ------------------------------------------------------

@@ -3,29 +3,60 @@
 A store plugin serves one URI scheme: it names the scheme in
 ``ctxd_store_schemes`` and opens a store in ``ctxd_open_store`` when asked for
 that scheme (``None`` otherwise, so other plugins may answer). Only the
-opening differs between plugins, so a plugin module writes just that::
+opening differs between plugins, so a plugin module writes just that, with
+its URI options declared as a pydantic model::
 
-    from ctxd_sidecar.storeplugin import store_hooks
+    from ctxd_sidecar.plugin import StoreOptions, store_hooks
 
-    def open_dir(uri: str, options: Mapping[str, str]) -> DirStore:
+    class DirOptions(StoreOptions):
+        locking: bool = True
+
+    def open_dir(uri: str, options: DirOptions) -> DirStore:
         ...
 
-    ctxd_store_schemes, ctxd_open_store = store_hooks("dir", open_dir)
+    ctxd_store_schemes, ctxd_open_store = store_hooks("dir", open_dir, DirOptions)
 
-The result is also an object carrying both hooks, so it can be registered
-as a plugin itself (``pm.register(hooks)`` or an entry point naming it).
+An unknown or malformed option is refused before the factory runs, in one
+line naming the option (``ctxd serve`` exits 2 with it). The result is also
+an object carrying both hooks, so it can be registered as a plugin itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ctxd_sidecar.hookspecs import hookimpl
 from ctxd_sidecar.store import Store
 
+
+class StoreOptions(BaseModel):
+    """Base of a store plugin's URI options: every field has a default,
+    unknown options are refused, values arrive as strings and are converted
+    (``true``/``false``, numbers) by pydantic."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+Opts = TypeVar("Opts", bound=StoreOptions)
+
 #: Opens the store a URI names: ``factory(uri, options)``. It may raise
 #: ``ValueError`` with an operator-facing message for a malformed URI.
-StoreFactory = Callable[[str, Mapping[str, str]], Store]
+StoreFactory = Callable[[str, Opts], Store]
+
+#: What an option must be, by pydantic error type.
+_MUST_BE = {
+    "bool_parsing": "true or false",
+    "bool_type": "true or false",
+    "float_parsing": "a number",
+    "float_type": "a number",
+    "finite_number": "a finite number",
+    "int_parsing": "a whole number",
+    "int_type": "a whole number",
+    "int_from_float": "a whole number",
+}
 
 
 class StoreHooks:
@@ -46,16 +77,11 @@ class StoreHooks:
 
 
 def store_hooks(
-    scheme: str, factory: StoreFactory, *, options: Iterable[str] | None = None
+    scheme: str, factory: StoreFactory, options: type[StoreOptions] = StoreOptions
 ) -> StoreHooks:
-    """Both store hook implementations for a plugin serving ``scheme``.
-
-    ``options`` names every URI query option the store understands; any
-    other is refused with a message naming it (a misspelt ``map_sise=`` must
-    not be silently ignored). ``None`` leaves the check to the factory.
-    """
+    """Both store hook implementations for a plugin serving ``scheme``, whose
+    URI options are ``options`` (the base class: none)."""
     served = scheme.lower()  # the sidecar asks with the lower-cased scheme
-    known = None if options is None else frozenset(options)
 
     @hookimpl
     def ctxd_store_schemes() -> list[str]:
@@ -65,15 +91,39 @@ def store_hooks(
     def ctxd_open_store(scheme: str, uri: str, options: Mapping[str, str]) -> Store | None:
         if scheme != served:
             return None
-        if known is not None:
-            unknown = sorted(set(options) - known)
-            if unknown:
-                listed = ", ".join(sorted(known)) or "none"
-                raise ValueError(
-                    f"unknown {served} store option {unknown[0]!r} (known options: {listed})"
-                )
-        return factory(uri, options)
+        return factory(uri, parse_options(served, schema, options))
 
+    schema = options
     ctxd_store_schemes.__doc__ = f"Serves the {served!r} URI scheme."
     ctxd_open_store.__doc__ = f"Opens a {served}:// store; None for other schemes."
     return StoreHooks(ctxd_store_schemes, ctxd_open_store)
+
+
+def parse_options(scheme: str, schema: type[Opts], raw: Mapping[str, str]) -> Opts:
+    """``raw`` (the URI query) as ``schema``; ValueError in one line naming
+    the first bad option."""
+    try:
+        return schema.model_validate(dict(raw))
+    except ValidationError as exc:
+        raise ValueError(_one_line(scheme, schema, exc.errors()[0])) from None
+
+
+def _one_line(scheme: str, schema: type[StoreOptions], error: Mapping[str, Any]) -> str:
+    name = ".".join(str(p) for p in error.get("loc", ())) or "?"
+    kind = error.get("type", "")
+    given = error.get("input")
+    if kind == "extra_forbidden":
+        known = ", ".join(sorted(schema.model_fields)) or "none"
+        return f"unknown {scheme} store option {name!r} (known options: {known})"
+    if kind in _MUST_BE:
+        return f"{scheme} store option {name}={given!r} must be {_MUST_BE[kind]}"
+    ctx = error.get("ctx") or {}
+    if kind == "greater_than" and ctx.get("gt") == 0:
+        return f"{scheme} store option {name} must be positive"
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        bound = next(iter(ctx.values()), "")
+        word = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<"}.get(kind, "<=")
+        return f"{scheme} store option {name} must be {word} {bound}"
+    if kind == "literal_error":
+        return f"{scheme} store option {name}={given!r} must be {ctx.get('expected', '')}"
+    return f"{scheme} store option {name}={given!r}: {error.get('msg', 'invalid')}"

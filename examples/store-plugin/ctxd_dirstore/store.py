@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ctxd_sidecar.store import (
+from ctxd_sidecar.plugin import (
     Capability,
     Item,
     Store,

@@ -17,7 +17,7 @@ import botocore.config
 import botocore.exceptions
 
 from ctxd_plugins.s3.lineage import WRITE_ID, Lineages, Outcome, judge
-from ctxd_sidecar.store import (
+from ctxd_sidecar.plugin import (
     Capability,
     Item,
     PreconditionFailed,

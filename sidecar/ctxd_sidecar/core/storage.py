@@ -27,6 +27,7 @@ from typing import TypeVar
 from ctxd_sidecar.core.errors import Conflict, InvalidArgument, LimitExceeded, Unavailable
 from ctxd_sidecar.core.observe import NullObserver, StoreObserver
 from ctxd_sidecar.store import (
+    CallStyle,
     Capability,
     Item,
     PreconditionFailed,
@@ -34,7 +35,6 @@ from ctxd_sidecar.store import (
     StoreError,
     StoreFull,
     StoreUnavailable,
-    capabilities_of,
     check_precondition,
 )
 
@@ -76,21 +76,22 @@ class Storage:
         self.store = store
         self.namespace = f"{prefix.strip('/')}/{instance}/" if prefix.strip("/") else f"{instance}/"
         self.observer = observer or NullObserver()
-        self.capabilities = caps = capabilities_of(store)
+        self.capabilities = caps = frozenset(store.capabilities)
+        style = frozenset(store.call_style)
         self.can_list = Capability.LIST in caps
         self.can_delete = Capability.DELETE in caps
         self.can_cas = Capability.CONDITIONAL_PUT in caps
         self.shared = Capability.SHARED in caps
         #: Reads are cheap enough to run on the event loop, one after another.
-        self.inline_reads = Capability.INLINE_READS in caps
+        self.inline_reads = CallStyle.INLINE_READS in style
         self._pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="store")
         self._locks = [asyncio.Lock() for _ in range(64)]
         self._async_writes: dict[Callable, Callable] = (
             {store.put: store.put_async, store.delete: store.delete_async}
-            if Capability.ASYNC_WRITES in caps
+            if CallStyle.ASYNC_WRITES in style
             else {}
         )
-        self.inline_writes = Capability.INLINE_WRITES in caps
+        self.inline_writes = CallStyle.INLINE_WRITES in style
         self._inline_ops = frozenset((store.put, store.delete) if self.inline_writes else ())
         #: Whether nothing but the caller is waiting for the event loop: the
         #: server sets it from its admission gate. Until then writes never

@@ -22,7 +22,7 @@ from ctxd_sidecar.config import Config
 from ctxd_sidecar.core.errors import CtxdError
 from ctxd_sidecar.plugins import plugin_manager
 from ctxd_sidecar.server import composition
-from ctxd_sidecar.server.interceptors import (
+from ctxd_sidecar.server.layers import (
     HEALTH_WATCH,
     WATCH_CONTEXT,
     Auth,

@@ -28,7 +28,7 @@ from ctxd_sidecar.core.contexts.skillset import SkillSet
 from ctxd_sidecar.core.contexts.turns import TurnRequest, Turns
 from ctxd_sidecar.core.memory import Memory, MemoryBackend, StoreMemory
 from ctxd_sidecar.core.observe import StoreObservers
-from ctxd_sidecar.core.prompt import PromptAssembler
+from ctxd_sidecar.core.prompt.assemble import PromptAssembler
 from ctxd_sidecar.core.skills import SkillCatalogue
 from ctxd_sidecar.core.storage import Storage
 from ctxd_sidecar.plugins import PluginHooks, open_store, summarisers
@@ -86,7 +86,7 @@ class Domain:
 def memory_backend(config: Config, storage: Storage) -> MemoryBackend:
     """The store, or an MCP memory server when ``memory.mcp_server`` is set."""
     if config.memory.mcp_server:
-        from ctxd_sidecar.core.memory_mcp import McpMemory  # the mcp SDK only when used
+        from ctxd_sidecar.core.memory.mcp import McpMemory  # the mcp SDK only when used
 
         return McpMemory(config.memory)
     return StoreMemory(config.memory, storage)

@@ -3,7 +3,7 @@
 Each method converts the request to domain terms (:mod:`.context_convert`),
 calls the use case the composition root handed in, and converts the answer
 back. Every rule lives in :mod:`ctxd_sidecar.core.contexts`; domain errors become
-statuses in :mod:`ctxd_sidecar.server.interceptors`.
+statuses in :mod:`ctxd_sidecar.server.layers`.
 """
 
 from __future__ import annotations

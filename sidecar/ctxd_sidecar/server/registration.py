@@ -16,7 +16,7 @@ from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 
 if TYPE_CHECKING:
-    from ctxd_sidecar.server.interceptors import Registrar
+    from ctxd_sidecar.server.layers import Registrar
 
 
 def _passing_bytes(serialize: Callable[[object], bytes]) -> Callable[[object], bytes]:

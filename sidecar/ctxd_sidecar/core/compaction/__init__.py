@@ -51,14 +51,8 @@ from ctxd_sidecar.core.compaction.summarise import (
     summarise,
 )
 from ctxd_sidecar.core.compaction.summary import DEFAULT_CAP, Summary, merge, parse_answer
-from ctxd_sidecar.core.compaction.view import (
-    MessageData,
-    MessageView,
-    ToolCallData,
-    ToolCallView,
-    estimate_message_tokens,
-    estimate_text_tokens,
-)
+from ctxd_sidecar.core.compaction.view import MessageData, MessageView, ToolCallData, ToolCallView
+from ctxd_sidecar.core.estimate import estimate_message, estimate_text
 
 __all__ = [
     "ANSWER_SCHEMA",
@@ -90,8 +84,8 @@ __all__ = [
     "build_excerpt",
     "build_system_prompt",
     "clip",
-    "estimate_message_tokens",
-    "estimate_text_tokens",
+    "estimate_message",
+    "estimate_text",
     "extract_ledger",
     "merge",
     "open_calls",

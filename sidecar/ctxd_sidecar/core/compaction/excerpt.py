@@ -37,7 +37,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ctxd_sidecar.core.compaction.summary import Summary
-from ctxd_sidecar.core.compaction.view import MessageView, estimate_text_tokens
+from ctxd_sidecar.core.compaction.view import MessageView
+from ctxd_sidecar.core.estimate import estimate_text
 
 #: Default clip length of one message's content, in characters.
 CLIP_CHARS = 2000
@@ -248,7 +249,7 @@ def render_message(m: MessageView, clip_chars: int = CLIP_CHARS) -> str:
 
 def line_tokens(line: str) -> int:
     """Estimated tokens one excerpt line costs (its newline included)."""
-    return estimate_text_tokens(line) + 1
+    return estimate_text(line) + 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -373,7 +374,7 @@ def build_excerpt(
     """
     budget = None
     if max_tokens is not None:
-        overhead = estimate_text_tokens(assemble_excerpt([], previous))
+        overhead = estimate_text(assemble_excerpt([], previous))
         budget = max(0, max_tokens - overhead)
     fitted = fit_lines(folded, clip_chars, budget)
     return assemble_excerpt(fitted.lines, previous, elided=fitted.elided)

@@ -8,19 +8,16 @@ standing instructions) has its body evicted; its name stays on the record.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 
 from ctxd_sidecar.core.compaction.view import MessageView
-
-#: ``@skill:<name>``; a name is letters, digits, ``.``, ``_``, ``-`` (a
-#: trailing ``.`` is sentence punctuation, not part of the name).
-SKILL_REF = re.compile(r"@skill:([A-Za-z0-9][A-Za-z0-9._-]*)")
+from ctxd_sidecar.core.skills.frontmatter import find_references
 
 
 def skill_references(text: str) -> set[str]:
-    """The skill names ``text`` references."""
-    return {m.group(1).rstrip(".") for m in SKILL_REF.finditer(text)}
+    """The skill names ``text`` references (the one ``@skill:`` grammar,
+    :func:`ctxd_sidecar.core.skills.frontmatter.find_references`)."""
+    return set(find_references(text))
 
 
 def message_texts(m: MessageView) -> Iterable[str]:

@@ -50,7 +50,8 @@ from ctxd_sidecar.core.compaction.summary import (
     merge,
     parse_answer,
 )
-from ctxd_sidecar.core.compaction.view import MessageView, estimate_text_tokens
+from ctxd_sidecar.core.compaction.view import MessageView
+from ctxd_sidecar.core.estimate import estimate_text
 
 log = logging.getLogger(__name__)
 
@@ -152,12 +153,12 @@ async def summarise(
     usable = (
         int(window * WINDOW_SAFETY)
         - summariser.max_output_tokens
-        - estimate_text_tokens(system_prompt)
+        - estimate_text(system_prompt)
         - _FRAMING_TOKENS
     )
 
     def budget_for(running: Summary | None, elided: int) -> int:
-        budget = usable - estimate_text_tokens(assemble_excerpt([], running, elided=elided))
+        budget = usable - estimate_text(assemble_excerpt([], running, elided=elided))
         if budget < MIN_PASS_TOKENS:
             raise SummariserError(
                 "window_too_small",

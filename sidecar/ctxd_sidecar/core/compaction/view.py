@@ -31,14 +31,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from ctxd_sidecar.core.estimate import MESSAGE_OVERHEAD, estimate_message, estimate_text
+from ctxd_sidecar.core.estimate import estimate_message
 
 KINDS = frozenset({"system", "user", "assistant", "tool", "note"})
 
-#: The one token estimate (SPEC §2), under the names compaction has used.
-MESSAGE_OVERHEAD_TOKENS = MESSAGE_OVERHEAD
-estimate_text_tokens = estimate_text
-estimate_message_tokens = estimate_message
 
 
 @runtime_checkable
@@ -102,7 +98,7 @@ class MessageData:
         if self.kind not in KINDS:
             raise ValueError(f"unknown message kind {self.kind!r}")
         if self.tokens < 0:
-            object.__setattr__(self, "tokens", estimate_message_tokens(self))
+            object.__setattr__(self, "tokens", estimate_message(self))
 
     @classmethod
     def system(cls, id: str, text: str) -> MessageData:

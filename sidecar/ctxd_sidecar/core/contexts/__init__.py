@@ -101,10 +101,18 @@ with a letter or digit.
 """
 
 from ctxd_sidecar.core.contexts.events import ContextEvent, EventFeed, WatchEvent
-from ctxd_sidecar.core.contexts.model import ROOT_ID, ContextInfo, ContextState, Msg, SkillRef, ToolCall
+from ctxd_sidecar.core.contexts.model import (
+    ROOT_ID,
+    ContextInfo,
+    ContextState,
+    Msg,
+    SkillRef,
+    ToolCall,
+)
 from ctxd_sidecar.core.contexts.service import ContextService
-from ctxd_sidecar.core.contexts.tokens import estimate_text, window_for_model
+from ctxd_sidecar.core.contexts.tokens import window_for_model
 from ctxd_sidecar.core.contexts.turns import TurnRequest, TurnResult, Turns
+from ctxd_sidecar.core.estimate import estimate_text
 
 __all__ = [
     "ROOT_ID",

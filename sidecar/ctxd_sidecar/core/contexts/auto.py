@@ -142,8 +142,8 @@ class AutoCompaction:
             },
         )
         svc = self.compactor.service
-        e = svc.registry.peek(cid)
-        version = e.state.version if e is not None and e.state is not None else 0
+        st = svc.resident(cid)
+        version = st.version if st is not None else 0
         self.feed.publish(
             WatchEvent(
                 cid,

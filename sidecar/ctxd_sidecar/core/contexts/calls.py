@@ -9,12 +9,20 @@ id, and a new call with that id opens it again.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from ctxd_sidecar.core.contexts.model import Msg
+
+class _Call(Protocol):
+    id: str
+
+
+class Msg(Protocol):
+    """What the book reads of a message (:class:`.model.Msg` has it)."""
+
+    tool_calls: Sequence[_Call]
+    call_id: str
 
 
 @dataclass(slots=True)

@@ -53,8 +53,8 @@ from ctxd_sidecar.core.contexts.archive import new_record
 from ctxd_sidecar.core.contexts.model import TOOL, ContextState, Msg
 from ctxd_sidecar.core.contexts.planref import PlanRef, digest
 from ctxd_sidecar.core.contexts.service import ContextService
-from ctxd_sidecar.core.contexts.tokens import MESSAGE_OVERHEAD, estimate_text
 from ctxd_sidecar.core.errors import Conflict, CtxdError, InvalidArgument
+from ctxd_sidecar.core.estimate import MESSAGE_OVERHEAD, estimate_text
 from ctxd_sidecar.core.observe import CompactionHooks, CompactionObserver, NoHooks, NullObserver
 
 log = logging.getLogger(__name__)

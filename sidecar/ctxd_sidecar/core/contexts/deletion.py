@@ -16,9 +16,11 @@ where it is serialised against every other writer sharing the store:
 In order: a trash record naming what to remove is written first, then the
 fence, then the head is removed (if it still belongs to this incarnation),
 then the id leaves the index, and the janitor removes the log records and
-segments. On a shared store the fence itself stays ``contexts.fence_hold``
-seconds (a replica restores any copy it has not confirmed for half that time), then it
-and the trash record go. A deletion interrupted by a crash is finished at the
+segments, the fence last, then the trash record. On a shared store that
+purge waits ``contexts.fence_hold`` seconds (a replica restores any copy it
+has not confirmed for half that time): until then every version of the
+deleted incarnation stays taken, so a replica however far behind meets the
+fence (see :meth:`Deletion._purge`). A deletion interrupted by a crash is finished at the
 next start; one whose fence was never written is dropped.
 """
 
@@ -31,7 +33,7 @@ from typing import Any
 from ctxd_sidecar.core import faults
 from ctxd_sidecar.core.contexts import validate
 from ctxd_sidecar.core.contexts.janitor import Job
-from ctxd_sidecar.core.contexts.model import ROOT_ID, ContextState, SegmentRef
+from ctxd_sidecar.core.contexts.model import ROOT_ID, SegmentRef
 from ctxd_sidecar.core.contexts.persistence import (
     TRASH,
     decode,
@@ -39,23 +41,21 @@ from ctxd_sidecar.core.contexts.persistence import (
     log_key,
     trash_name,
 )
-from ctxd_sidecar.core.contexts.registry import Entry
-from ctxd_sidecar.core.contexts.service import (
-    COMMIT_ATTEMPTS,
-    ContextService,
-    race_backoff,
-    stale_version,
-)
+from ctxd_sidecar.core.contexts.service import ContextService
+from ctxd_sidecar.core.contexts.transaction import Missing, Transaction
 from ctxd_sidecar.core.errors import (
     Conflict,
     CtxdError,
     FailedPrecondition,
     InvalidArgument,
-    Unavailable,
 )
 from ctxd_sidecar.core.jsonvalue import encode_compact
 
 log = logging.getLogger(__name__)
+
+#: Fence attempts while other replicas keep appending: each is one probe and
+#: one write, with no back-off (the fence should win, not take turns).
+FENCE_ATTEMPTS = 32
 
 
 class Deletion:
@@ -86,65 +86,87 @@ class Deletion:
             raise FailedPrecondition("the root context cannot be deleted")
         if expected_version is not None and expected_version < 0:
             raise InvalidArgument("expected_version", "must not be negative")
-        svc = self.contexts
-        async with svc.registry.use(cid) as e, e.lock:
-            caught_up = False
-            for attempt in range(COMMIT_ATTEMPTS):
-                st = await svc.load(e)
-                if st is None or not st.exists:
-                    # Unknown (perhaps only seen by a refused first turn): the
-                    # same answer whatever the expected_version.
-                    return False
-                if expected_version is not None and expected_version != st.version:
-                    if not caught_up and st.head_etag is not None:
-                        caught_up = True  # the store decides, not our copy
-                        await svc.refresh(e)
-                        continue
-                    raise stale_version(cid, st.version, expected_version)
-                if st.head_etag is None:  # never made durable here: nothing stored
-                    e.state = None
-                    svc.registry.drop(e)
-                    return False
-                if await self.delete_locked(e, st):
-                    break
-                await race_backoff(attempt)
-            else:
-                raise Unavailable(f"context {cid} is being written elsewhere; retry")
-        svc.emit("deleted", None, cid, st.version)
-        return True
-
-    async def delete_locked(self, e: Entry, st: ContextState) -> bool:
-        """Fence and remove ``st`` (``e.lock`` held). False when another writer
-        took the next version first (``e`` has caught up; decide again)."""
-        svc = self.contexts
-        async with e.ckpt_lock:
-            name = trash_name(st.id, st.gen)
-            fence = st.version + 1
-            plan = {
-                "id": st.id,
-                "gen": st.gen,
-                "last": fence,
-                "fence": fence,
-                "fenced_at": svc.now(),
-                "segments": [
-                    s.to_list() for s in st.segments + st.dropped + [a for a, _ in st.archive]
-                ],
-            }
-            await svc.trash.add(name)
-            await svc.storage.put(f"{TRASH}/{name}", encode_compact(plan))
-            faults.crash_point("contexts.after_trash_record")
+        async with self.contexts.transaction(
+            cid,
+            expected_version=expected_version,
+            missing=Missing.ABSENT,
+            attempts=FENCE_ATTEMPTS,
+        ) as tx:
+            pending: dict[str, Any] | None = None  # the trash record written for this incarnation
             try:
-                await svc.commit(e, st, {"v": fence, "op": "deleted", "ts": plan["fenced_at"]})
-            except Conflict:
-                # Not deleted (yet): the trash record must not finish it later.
-                await svc.storage.delete(f"{TRASH}/{name}")
-                await svc.trash.remove(name)
-                await svc.refresh(e, lost_race=True)
+                while await tx.next():
+                    st = tx.state
+                    if st.head_etag is None:  # never made durable here: nothing stored
+                        tx.forget()
+                        return False
+                    if pending is not None and pending["gen"] != st.gen:
+                        await self._drop_trash(pending)
+                        pending = None
+                    if pending is None:
+                        pending = await self._write_trash(tx)
+                    if await self._fence(tx, pending):
+                        pending = None
+                        self.contexts.emit("deleted", None, cid, st.version)
+                        return True
+            finally:
+                if pending is not None:
+                    # Not deleted: the trash record must not finish it later.
+                    await self._drop_trash(pending)
+        # Unknown (perhaps only seen by a refused first turn): the same answer
+        # whatever the expected_version.
+        return False
+
+    async def fence(self, tx: Transaction) -> bool:
+        """Fence and remove the transaction's context (expiry). False when
+        another writer took the next version first (``tx`` has caught up;
+        decide again)."""
+        plan = await self._write_trash(tx)
+        if await self._fence(tx, plan):
+            return True
+        await self._drop_trash(plan)
+        return False
+
+    async def _write_trash(self, tx: Transaction) -> dict[str, Any]:
+        """The trash record of the transaction's incarnation, written before
+        its fence so a crash between them is finished at the next start. It
+        names the version the fence will follow at the earliest (``base``);
+        the fence's own version is known once it is written."""
+        svc, st = self.contexts, tx.state
+        plan = {
+            "id": st.id,
+            "gen": st.gen,
+            "base": st.version,
+            "segments": [
+                s.to_list() for s in st.segments + st.dropped + [a for a, _ in st.archive]
+            ],
+        }
+        name = trash_name(st.id, st.gen)
+        await svc.trash.add(name)
+        await svc.storage.put(f"{TRASH}/{name}", encode_compact(plan))
+        faults.crash_point("contexts.after_trash_record")
+        return plan
+
+    async def _drop_trash(self, plan: dict[str, Any]) -> None:
+        svc = self.contexts
+        name = trash_name(plan["id"], plan["gen"])
+        await svc.storage.delete(f"{TRASH}/{name}")
+        await svc.trash.remove(name)
+
+    async def _fence(self, tx: Transaction, plan: dict[str, Any]) -> bool:
+        """Write the fence right after the catch-up (nothing in between, so a
+        steady writer on another replica cannot keep taking its version),
+        then remove the head and schedule the purge."""
+        svc, st = self.contexts, tx.state
+        async with tx.exclusive():
+            fenced_at = svc.now()
+            if not await tx.commit({"op": "deleted", "ts": fenced_at}, event="", backoff=False):
                 return False
             faults.crash_point("contexts.after_fence")
+            plan.update(last=st.version, fence=st.version, fenced_at=fenced_at)
             plan["segments"] = await self._remove_head(st.id, st.gen, plan["segments"])
-            e.state = None
-            svc.registry.drop(e)
+            name = trash_name(st.id, st.gen)
+            await svc.storage.put(f"{TRASH}/{name}", encode_compact(plan))
+            tx.forget()
         faults.crash_point("contexts.after_head_delete")
         self._purge(name, plan)
         return True
@@ -173,8 +195,17 @@ class Deletion:
         return segments
 
     def _purge(self, name: str, plan: dict[str, Any]) -> None:
-        """Remove a deleted incarnation's keys in the background; its fence and
-        trash record once the fence has been held long enough."""
+        """Remove a deleted incarnation's keys in the background, once its
+        fence has been held long enough (at once on a store no other sidecar
+        shares).
+
+        Every log record stays as long as the fence: a replica whose copy is
+        any number of versions behind (confirmed less than half the hold
+        ago, else it restores from the head) then always finds its next
+        record taken, catches up through it and meets the fence, on a read
+        and on a write alike. Removing the records first would free their
+        versions: the replica would take its copy as current, serve the
+        deleted transcript and acknowledge appends into the dead incarnation."""
         svc = self.contexts
         cid, gen = plan["id"], plan["gen"]
         fence = plan.get("fence")
@@ -187,26 +218,23 @@ class Deletion:
             return [lambda k=k: svc.storage.delete(k) for k in keys if k != fence_key]
 
         async def finish():
+            # The fence goes last: until then no version of the incarnation is free.
             if fence_key is not None:
                 await svc.storage.delete(fence_key)
             await svc.storage.delete(f"{TRASH}/{name}")
             await svc.trash.remove(name)
 
-        async def done():
-            if fence_key is None:
-                await finish()
-                return
-            if self._stopped:
-                return  # the next start's resume() removes the fence
-            due = int(plan.get("fenced_at", 0)) / 1000 + svc.fence_hold
-            wait = max(0.0, due - svc.now() / 1000)
-            timer = asyncio.create_task(
-                self._later(wait, Job(f"unfence {cid}", _no_writes, finish))
-            )
-            self._timers.add(timer)
-            timer.add_done_callback(self._timers.discard)
-
-        svc.janitor.submit(Job(f"purge {cid}", prepare, done))
+        job = Job(f"purge {cid}", prepare, finish)
+        due = int(plan.get("fenced_at", 0)) / 1000 + svc.fence_hold
+        wait = max(0.0, due - svc.now() / 1000) if fence_key is not None else 0.0
+        if wait <= 0:
+            svc.janitor.submit(job)
+            return
+        if self._stopped:
+            return  # the next start's resume() purges it
+        timer = asyncio.create_task(self._later(wait, job))
+        self._timers.add(timer)
+        timer.add_done_callback(self._timers.discard)
 
     async def _later(self, wait: float, job: Job) -> None:
         await asyncio.sleep(wait)
@@ -218,7 +246,7 @@ class Deletion:
         try:
             for name, item in await svc.trash.scan(""):
                 plan = decode(item.value, f"trash record {name}")
-                if "fence" in plan and not await self._fenced(plan):
+                if not await self._fenced(plan):
                     # Crashed before the fence: the context was never deleted.
                     await svc.storage.delete(f"{TRASH}/{name}")
                     await svc.trash.remove(name)
@@ -231,14 +259,22 @@ class Deletion:
             log.warning("could not resume context deletions", extra={"error": str(exc)})
 
     async def _fenced(self, plan: dict[str, Any]) -> bool:
-        """Whether the plan's fence was written (or its incarnation is gone anyway)."""
+        """Whether the plan's fence was written (or its incarnation is gone
+        anyway); a plan written before its fence learns the fence's version."""
         svc = self.contexts
-        item = await svc.storage.get(log_key(plan["id"], plan["gen"], int(plan["fence"])))
-        if item is not None:
-            return decode(item.value, "fence record").get("op") == "deleted"
-        head = await svc.store.read_head(plan["id"])
-        return head is None or head[0].get("gen") != plan["gen"]
-
-
-async def _no_writes() -> list:
-    return []
+        cid, gen = plan["id"], plan["gen"]
+        if "fence" in plan:
+            item = await svc.storage.get(log_key(cid, gen, int(plan["fence"])))
+            if item is not None:
+                return decode(item.value, "fence record").get("op") == "deleted"
+        else:
+            v = int(plan.get("base", 0)) + 1
+            while (item := await svc.storage.get(log_key(cid, gen, v))) is not None:
+                if decode(item.value, f"log record {v}").get("op") == "deleted":
+                    plan.update(last=v, fence=v)
+                    plan.setdefault("fenced_at", svc.now())
+                    return True
+                v += 1
+            plan.setdefault("last", v - 1)
+        head = await svc.store.read_head(cid)
+        return head is None or head[0].get("gen") != gen

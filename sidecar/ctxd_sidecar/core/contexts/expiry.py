@@ -12,6 +12,7 @@ from ctxd_sidecar.core.contexts.deletion import Deletion
 from ctxd_sidecar.core.contexts.listing import Listing
 from ctxd_sidecar.core.contexts.model import ROOT, ROOT_ID
 from ctxd_sidecar.core.contexts.service import ContextService
+from ctxd_sidecar.core.contexts.transaction import Missing
 from ctxd_sidecar.core.errors import CtxdError
 
 log = logging.getLogger(__name__)
@@ -71,24 +72,23 @@ class Expiry:
 
     async def _close(self, cid: str, ttl_ms: int) -> bool:
         svc = self.contexts
-        async with svc.registry.use(cid) as e, e.lock:
-            st = await svc.load(e)
-            if st is None or not st.exists or st.kind == ROOT or st.archived:
-                return False
-            if svc.now() - st.updated <= ttl_ms:
-                return False  # a turn arrived meanwhile
-            if self.config.on_expire == "delete":
-                if not await self.deletion.delete_locked(e, st):
-                    return False  # another replica wrote it meanwhile: not idle
-                kind = "deleted"
+        async with svc.transaction(cid, missing=Missing.ABSENT) as tx:
+            while await tx.next():
+                st = tx.state
+                if st.kind == ROOT or st.archived:
+                    return False
+                if svc.now() - st.updated <= ttl_ms:
+                    return False  # a turn arrived meanwhile
+                if self.config.on_expire == "delete":
+                    if not await self.deletion.fence(tx):
+                        continue  # another replica wrote it meanwhile: decide again
+                    kind = "deleted"
+                else:
+                    await svc.archive(tx)
+                    kind = "archived"
+                break
             else:
-                st.archived = True
-                st.dirty = True
-                async with e.ckpt_lock:
-                    svc.checkpoints.sweep(await svc.store.checkpoint(st))
-                e.state = None
-                svc.registry.drop(e)
-                kind = "archived"
+                return False
         log.info("idle conversation closed", extra={"context": cid, "action": kind})
         svc.emit(kind, None, cid, st.version)
         return True

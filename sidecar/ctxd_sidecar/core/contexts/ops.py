@@ -29,7 +29,7 @@ handler that changes the summary or the plan calls
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +38,8 @@ from ctxd_sidecar.core.contexts.model import ContextState, Msg, SkillRef, ToolCa
 from ctxd_sidecar.core.contexts.tokens import Calibration
 from ctxd_sidecar.core.plan import Plan
 
-Handler = Callable[[ContextState, dict[str, Any]], None]
+#: ``(state, record)``; an append's handler also takes the built messages.
+Handler = Callable[..., None]
 
 #: What a checkpoint leaves in place of the log records it sealed.
 SEALED = "sealed"
@@ -67,11 +68,14 @@ class DamagedRecord(Exception):
 
 
 # -- the built-in ops ----------------------------------------------------------------------
-def _append(state: ContextState, rec: dict[str, Any]) -> None:
+def _append(
+    state: ContextState, rec: dict[str, Any], built: Sequence[Msg] | None = None
+) -> None:
     """``msgs``: the turn's messages (seq/ts assigned); ``meta``: principal,
     task, model, model_window recorded with the turn; ``skills``: the loaded
-    set after the turn when its ``@skill:`` references changed it."""
-    built: list[Msg] | None = rec.get("_built")
+    set after the turn when its ``@skill:`` references changed it. ``built``:
+    the same messages as objects, when the record is applied as it is
+    committed (no need to decode what was just encoded)."""
     msgs = built if built is not None else [Msg.from_dict(d) for d in rec["msgs"]]
     if msgs and msgs[0].seq != state.next_seq:
         raise DamagedRecord(
@@ -169,8 +173,11 @@ def needs_messages(rec: dict[str, Any]) -> bool:
     return found is None or found.needs_messages
 
 
-def apply_record(state: ContextState, rec: dict[str, Any]) -> None:
-    """Apply one record: check its version, run its handler, bump the version."""
+def apply_record(
+    state: ContextState, rec: dict[str, Any], built: Sequence[Msg] | None = None
+) -> None:
+    """Apply one record: check its version, run its handler, bump the version.
+    ``built``: an append's messages as objects (see :func:`_append`)."""
     v = rec.get("v")
     if v != state.version + 1:
         raise DamagedRecord(
@@ -179,7 +186,10 @@ def apply_record(state: ContextState, rec: dict[str, Any]) -> None:
     found = OPS.get(rec.get("op", ""))
     if found is None:
         raise DamagedRecord(f"context {state.id}: unknown record op {rec.get('op')!r}")
-    found.apply(state, rec)
+    if built is None:
+        found.apply(state, rec)
+    else:
+        found.apply(state, rec, built)
     state.version = v
     if found.reshapes:
         state.reshaped_at = v

@@ -22,10 +22,10 @@ import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
+from ctxd_sidecar.core.contexts.head import head_of, state_from_head
 from ctxd_sidecar.core.contexts.model import ContextState, Msg, SegmentRef
 from ctxd_sidecar.core.contexts.ops import SEALED, DamagedRecord, apply_record, needs_messages
 from ctxd_sidecar.core.contexts.segments import (
-    COLUMNS,
     BuiltRun,
     SealedRun,
     SegmentDamaged,
@@ -105,11 +105,9 @@ class ContextStore:
         *,
         idem_cap: int,
         archive_ttl_ms: int = 0,
-        segment_format: str = COLUMNS,
     ) -> None:
         self.storage = storage
         #: How sealed segments are written (both formats are always read).
-        self.segment_format = segment_format
         self.idem_cap = idem_cap
         #: How long folded messages stay stored (0: deleted with their segment).
         self.archive_ttl_ms = archive_ttl_ms
@@ -144,7 +142,7 @@ class ContextStore:
     async def create_head(self, st: ContextState) -> None:
         """Write the head of a new context (version 0); Conflict if one exists
         (other than the deleted incarnation ``st.replaces_head`` names)."""
-        body = encode_compact(st.head_dict([], 0, [], []))
+        body = encode_compact(head_of(st, [], 0, [], []))
         if st.replaces_head is not None:
             # The head of a deleted incarnation is still stored: take its place.
             etag = await self.storage.put(head_key(st.id), body, if_version=st.replaces_head)
@@ -219,7 +217,7 @@ class ContextStore:
                 # A record the head relies on is missing, yet no newer head exists.
                 log.error("context head names records that are missing", extra={"context": cid})
                 raise Damaged(f"context {cid} cannot be restored; see the sidecar log")
-            st = ContextState.from_head(doc, idem_cap=self.idem_cap)
+            st = state_from_head(doc, idem_cap=self.idem_cap)
             st.head_etag = etag
             st.loaded = loaded
             try:
@@ -317,15 +315,15 @@ class ContextStore:
             sealed_through = segment.last
         elif st.next_seq - 1 > sealed_through:
             sealed_through = st.next_seq - 1  # appended and folded before sealing
-        head = encode_compact(st.head_dict(keep, sealed_through, dropped, archive))
+        head = encode_compact(head_of(st, keep, sealed_through, dropped, archive))
         pending_bytes = sum(m.size_bytes for m in pending)
         st.dirty = False
         try:
             if segment is not None:
-                body = encode_segment(st.id, st.gen, pending, self.segment_format)
+                body = encode_segment(st.id, st.gen, pending)
                 await self.storage.put(seg_key(st.id, st.gen, segment), body)
             if archived_now is not None:
-                body = encode_segment(st.id, st.gen, unarchived, self.segment_format)
+                body = encode_segment(st.id, st.gen, unarchived)
                 await self.storage.put(seg_key(st.id, st.gen, archived_now), body)
             etag = await self.storage.put(head_key(st.id), head, if_version=st.head_etag)
         except BaseException:

@@ -23,7 +23,7 @@ from ctxd_sidecar.config import PlanConfig
 from ctxd_sidecar.core.contexts.model import ContextState
 from ctxd_sidecar.core.contexts.service import ContextService
 from ctxd_sidecar.core.plan import Binding, Plan, Planner, RunOutcome
-from ctxd_sidecar.core.preflight import validate_preflight
+from ctxd_sidecar.core.plan.preflight import validate_preflight
 
 #: A plan edit: the current plan (None when there is none) -> the new one.
 PlanEdit = Callable[[Planner, Plan | None], Plan | None]

@@ -48,8 +48,6 @@ from ctxd_sidecar.core.estimate import estimate_plain
 from ctxd_sidecar.core.jsonvalue import encode_compact
 
 MAGIC = b"ctxd-seg/2\n"
-#: Writable formats (``contexts.segment_format``).
-COLUMNS, JSON = "columns", "json"
 _CODES = {SYSTEM: "s", USER: "u", ASSISTANT: "a", TOOL: "t", NOTE: "n"}
 _KINDS = {code: kind for kind, code in _CODES.items()}
 #: Numbers per message in the binary columns.
@@ -61,12 +59,8 @@ class SegmentDamaged(ValueError):
     """The bytes are not a segment this code can read."""
 
 
-def encode_segment(cid: str, gen: str, msgs: list[Msg], fmt: str = COLUMNS) -> bytes:
-    """The stored form of ``msgs``: format 2 (``COLUMNS``), or format 1
-    (``JSON``) that ctxd 0.1 reads, while a fleet is being upgraded."""
-    if fmt == JSON:
-        doc = {"id": cid, "gen": gen, "msgs": [m.to_dict() for m in msgs]}
-        return encode_compact(doc)
+def encode_segment(cid: str, gen: str, msgs: list[Msg]) -> bytes:
+    """The stored form of ``msgs`` (format 2, the one ctxd writes)."""
     extra: dict[str, dict[str, Any]] = {}
     for i, m in enumerate(msgs):
         x = _extra_of(m)

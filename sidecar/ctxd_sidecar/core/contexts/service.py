@@ -1,9 +1,10 @@
 """The record keeper of contexts: load, commit, read.
 
-:class:`ContextService` owns the registry (the in-memory LRU), the durable
-layout and the one way to change a context, :meth:`ContextService.change`:
-it runs a builder under the context's lock and commits the log record it
-returns (declare the record's op in :mod:`ctxd_sidecar.core.contexts.ops`).
+:class:`ContextService` owns the registry (the in-memory LRU) and the durable
+layout. Every change of a context commits through one protocol,
+:meth:`ContextService.transaction` (:mod:`.transaction`);
+:meth:`ContextService.change` is its short form for a change decided from
+the state alone (declare the record's op in :mod:`ctxd_sidecar.core.contexts.ops`).
 Committed changes are announced on :attr:`ContextService.feed`.
 
 The use cases built on it live beside it, one responsibility each:
@@ -16,10 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import secrets
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 from ctxd_sidecar.config import ContextsConfig
@@ -27,7 +28,7 @@ from ctxd_sidecar.core.contexts import archive, validate
 from ctxd_sidecar.core.contexts.checkpoints import Checkpointer
 from ctxd_sidecar.core.contexts.events import ContextEvent, EventFeed, Subscription
 from ctxd_sidecar.core.contexts.janitor import Janitor
-from ctxd_sidecar.core.contexts.model import CONVERSATION, ROOT, ROOT_ID, ContextState
+from ctxd_sidecar.core.contexts.model import CONVERSATION, ROOT, ROOT_ID, ContextState, Msg
 from ctxd_sidecar.core.contexts.ops import DamagedRecord, apply_record, event_of
 from ctxd_sidecar.core.contexts.persistence import (
     HEADS,
@@ -38,15 +39,13 @@ from ctxd_sidecar.core.contexts.persistence import (
     not_found,
 )
 from ctxd_sidecar.core.contexts.registry import Entry, Registry
-from ctxd_sidecar.core.errors import Conflict, CtxdError, InvalidArgument, Unavailable
+from ctxd_sidecar.core.contexts.transaction import COMMIT_ATTEMPTS, Missing, Transaction
+from ctxd_sidecar.core.errors import Conflict, CtxdError, InvalidArgument
 from ctxd_sidecar.core.keyindex import KeyIndex
 from ctxd_sidecar.core.storage import Storage
 from ctxd_sidecar.store import Item
 
 log = logging.getLogger(__name__)
-
-#: Commit attempts when another writer keeps taking the next version.
-COMMIT_ATTEMPTS = 8
 
 #: Builds the record of a change from the current state (None: no change).
 Builder = Callable[[ContextState], dict[str, Any] | None]
@@ -75,7 +74,6 @@ class ContextService:
             storage,
             idem_cap=config.idempotency_keys,
             archive_ttl_ms=int(archive_ttl * 1000),
-            segment_format=config.segment_format,
         )
         self.index = KeyIndex(storage, HEADS)
         self.trash = KeyIndex(storage, TRASH)
@@ -203,6 +201,8 @@ class ContextService:
         item = await self.storage.get(log_key(st.id, st.gen, st.version + 1))
         if item is not None:
             await self.refresh(e, first=item)
+            if e.state is not None and e.state.deleted:
+                e.stale = True  # met a fence: the id may have been created again since
             if e.stale:
                 await self.load(e)
         e.verified = time.monotonic()
@@ -224,21 +224,44 @@ class ContextService:
                     e.stale = True
         self.root_ready = True
 
-    # -- committing --------------------------------------------------------------------------------
-    async def commit(self, e: Entry, st: ContextState, rec: dict[str, Any], built=None) -> None:
+    # -- committing (for :mod:`.transaction`) --------------------------------------------------
+    @property
+    def shared(self) -> bool:
+        """Other sidecars may write the same store."""
+        return self.storage.shared
+
+    async def write(
+        self, e: Entry, st: ContextState, rec: dict[str, Any], built: Sequence[Msg] | None = None
+    ) -> None:
         """Write the record (the serialisation point), then apply it."""
         with self.janitor.foreground():
             await self.store.write_log(st, rec)
         e.verified = time.monotonic()
-        if built is not None:
-            rec["_built"] = built
         try:
-            apply_record(st, rec)
+            apply_record(st, rec, built)
         except Exception:
             e.stale = True  # durable but not applied: restore before the next use
             raise
-        finally:
-            rec.pop("_built", None)
+
+    async def archive(self, tx: Transaction) -> None:
+        """Archive the transaction's context: checkpointed whole, then left
+        out of memory (not a versioned change; a turn un-archives it)."""
+        st = tx.state
+        st.archived = True
+        st.dirty = True
+        async with tx.exclusive():
+            self.checkpoints.sweep(await self.store.checkpoint(st))
+        tx.forget()
+
+    def resident(self, cid: str) -> ContextState | None:
+        """The context's state if this replica holds it, without loading it."""
+        e = self.registry.peek(cid)
+        return e.state if e is not None else None
+
+    def forget(self, e: Entry) -> None:
+        """Drop a context from memory (deleted or archived here)."""
+        e.state = None
+        self.registry.drop(e)
 
     async def refresh(
         self, e: Entry, *, lost_race: bool = False, first: Item | None = None
@@ -270,6 +293,30 @@ class ContextService:
         self.checkpoints.due(e)
         self.feed.emit(ContextEvent(st.id, kind, st.version, st.updated, detail), st)
 
+    @asynccontextmanager
+    async def transaction(
+        self,
+        context_id: str,
+        *,
+        expected_version: int | None = None,
+        missing: Missing = Missing.NOT_FOUND,
+        idempotency_key: str = "",
+        attempts: int = COMMIT_ATTEMPTS,
+    ) -> AsyncIterator[Transaction]:
+        """Hold the context for one change (see :mod:`.transaction`)."""
+        cid = validate.context_id(context_id)
+        if expected_version is not None and expected_version < 0:
+            raise InvalidArgument("expected_version", "must not be negative")
+        async with self.registry.use(cid) as e, e.lock:
+            yield Transaction(
+                self,
+                e,
+                expected_version=expected_version,
+                missing=missing,
+                idempotency_key=idempotency_key,
+                attempts=attempts,
+            )
+
     async def change(
         self,
         context_id: str,
@@ -286,47 +333,16 @@ class ContextService:
         exist (root always does). Returns the state after the change and the
         committed record; the event carries the record's fields.
         """
-        cid = validate.context_id(context_id)
-        if expected_version is not None and expected_version < 0:
-            raise InvalidArgument("expected_version", "must not be negative")
-        async with self.registry.use(cid) as e, e.lock:
-            caught_up = reloaded = False
-            for attempt in range(COMMIT_ATTEMPTS):
-                st = await self.load(e)
-                if st is None or not st.exists:
-                    if st is not None and self.storage.shared and not reloaded:
-                        # Our copy says deleted; another replica may have
-                        # created the id again since.
-                        reloaded = e.stale = True
-                        continue
-                    raise not_found(cid)
-                if expected_version is not None and expected_version != st.version:
-                    if expected_version > st.version and not caught_up:
-                        caught_up = True
-                        await self.refresh(e)
-                        continue
-                    raise stale_version(cid, st.version, expected_version)
+        async with self.transaction(context_id, expected_version=expected_version) as tx:
+            while await tx.next():
+                st = tx.state
                 body = build(st)
                 if body is None:
                     return st, None
-                if st.head_etag is None:
-                    try:
-                        await self.create(st)
-                    except Conflict:
-                        e.stale = True
-                        continue
-                rec = {**body, "v": st.version + 1, "ts": self.now()}
-                if st.calibration.samples and "cal" not in rec:
-                    rec["cal"] = st.calibration.to_dict()
-                try:
-                    await self.commit(e, st, rec)
-                except Conflict:
-                    await self.refresh(e, lost_race=True)
-                    await race_backoff(attempt)
-                    continue
-                self.after_commit(e, st, event, rec)
-                return st, rec
-        raise Unavailable(f"context {cid} is being written elsewhere; retry")
+                body = {**body, "ts": self.now()}
+                if await tx.commit(body, event=event):
+                    return st, tx.record
+        raise AssertionError("unreachable: Missing.NOT_FOUND raises")
 
     # -- reads -------------------------------------------------------------------------------------
     async def get(self, context_id: str, *, latest: bool | None = None) -> ContextState:
@@ -426,15 +442,3 @@ class ContextService:
                 st.dirty = True
             ratio = st.calibration.ratio if st.calibration.samples else 1.0
             return st.est_tokens, ratio
-
-
-async def race_backoff(attempt: int) -> None:
-    """After losing a write race to another sidecar, wait a random moment
-    (growing with each loss) so racing writers stop colliding in lockstep."""
-    await asyncio.sleep(random.uniform(0, min(0.1, 0.005 * 2**attempt)))
-
-
-def stale_version(cid: str, actual: int, expected: int) -> Conflict:
-    return Conflict(
-        f"context {cid} is at version {actual}, not the expected {expected}; re-read and retry"
-    )

@@ -28,7 +28,7 @@ from ctxd_sidecar.core.contexts.events import ContextEvent
 from ctxd_sidecar.core.contexts.model import ContextState, SkillRef
 from ctxd_sidecar.core.contexts.service import ContextService
 from ctxd_sidecar.core.errors import CtxdError, InvalidArgument, LimitExceeded, NotFound
-from ctxd_sidecar.core.prompt import PromptAssembler, RenderedPrompt
+from ctxd_sidecar.core.prompt.assemble import PromptAssembler, RenderedPrompt
 from ctxd_sidecar.core.skills import SkillCatalogue, SkillInfo, find_references
 
 log = logging.getLogger(__name__)

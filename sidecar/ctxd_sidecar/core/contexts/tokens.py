@@ -30,7 +30,6 @@ from typing import Any
 
 # The one estimate, re-exported for the contexts package.
 from ctxd_sidecar.core.estimate import MESSAGE_OVERHEAD as MESSAGE_OVERHEAD
-from ctxd_sidecar.core.estimate import estimate_text as estimate_text
 
 #: Known model windows: the first entry whose test matches the lower-cased
 #: model name wins.

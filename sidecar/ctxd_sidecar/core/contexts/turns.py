@@ -20,14 +20,10 @@ from typing import Any, Protocol
 
 from ctxd_sidecar.core.contexts import validate
 from ctxd_sidecar.core.contexts.model import ASSISTANT, TOOL, ContextState, Msg, SkillRef
-from ctxd_sidecar.core.contexts.service import (
-    COMMIT_ATTEMPTS,
-    ContextService,
-    race_backoff,
-    stale_version,
-)
+from ctxd_sidecar.core.contexts.service import ContextService
 from ctxd_sidecar.core.contexts.tokens import window_for_model
-from ctxd_sidecar.core.errors import Conflict, InvalidArgument, Unavailable
+from ctxd_sidecar.core.contexts.transaction import Missing
+from ctxd_sidecar.core.errors import InvalidArgument
 
 log = logging.getLogger(__name__)
 
@@ -116,34 +112,19 @@ class Turns:
         """Append one turn atomically; durable before it returns."""
         cid = self.check(req)
         wanted, unknown, pending = await self._preload(cid, req)
-        svc = self.contexts
-        key = req.idempotency_key
-        async with svc.registry.use(cid) as e, e.lock:
-            caught_up = False
-            for attempt in range(COMMIT_ATTEMPTS):
-                st = await svc.load(e)
-                if st is None or st.deleted:
-                    # A deleted conversation's id starts a new one.
-                    st = e.state = svc.new_state(cid, replacing=st)
-                if key and key in st.idem:
-                    return _result(st.idem[key], replayed=True, incarnation=st.gen)
-                if req.expected_version is not None and req.expected_version != st.version:
-                    if req.expected_version > st.version and not caught_up and st.head_etag:
-                        # The caller saw a newer version (written by another
-                        # sidecar sharing the store): catch up, then decide.
-                        caught_up = True
-                        await svc.refresh(e)
-                        continue
-                    raise stale_version(cid, st.version, req.expected_version)
+        async with self.contexts.transaction(
+            cid,
+            expected_version=req.expected_version,
+            missing=Missing.CREATE,
+            idempotency_key=req.idempotency_key,
+        ) as tx:
+            while await tx.next():
+                st = tx.state
+                if tx.replayed is not None:
+                    return _result(tx.replayed, replayed=True, incarnation=st.gen)
                 validate.tool_results_answer_calls(
                     req.messages, st.calls.ids | st.abandoned.keys(), st.calls.answered
                 )
-                if st.head_etag is None:
-                    try:
-                        await svc.create(st)
-                    except Conflict:
-                        e.stale = True  # created elsewhere meanwhile
-                        continue
                 loaded: list[SkillRef] = []
                 skills = None
                 if wanted and self.skills is not None:
@@ -151,22 +132,12 @@ class Turns:
                     loaded = self.skills.apply(refs, wanted)
                     skills = refs if loaded else None
                 rec, built, result = self._record(st, req, skills)
-                try:
-                    await svc.commit(e, st, rec, built)
-                except Conflict:
-                    await svc.refresh(e, lost_race=True)
-                    await race_backoff(attempt)
-                    continue
-                svc.after_commit(
-                    e,
-                    st,
-                    "turn",
-                    {"messages": len(built), "compaction_due": result["compaction_due"]},
-                )
-                if pending is not None and self.skills is not None:
-                    self.skills.load_later(cid, pending)
-                return _result(result, loaded=loaded, unknown=unknown, incarnation=st.gen)
-        raise Unavailable(f"context {cid} is being written elsewhere; retry")
+                detail = {"messages": len(built), "compaction_due": result["compaction_due"]}
+                if await tx.commit(rec, event="turn", built=built, detail=detail):
+                    break
+        if pending is not None and self.skills is not None:
+            self.skills.load_later(cid, pending)
+        return _result(result, loaded=loaded, unknown=unknown, incarnation=st.gen)
 
     async def _preload(
         self, cid: str, req: TurnRequest
@@ -179,8 +150,7 @@ class Turns:
         known, unknown = self.skills.references(texts)
         if not known:
             return [], unknown, None
-        resident = self.contexts.registry.peek(cid)
-        st = resident.state if resident is not None else None
+        st = self.contexts.resident(cid)
         if st is None:
             try:
                 st = await self.contexts.read(cid)
@@ -229,7 +199,6 @@ class Turns:
             "message_ids": [m.id for m in built],
         }
         rec: dict[str, Any] = {
-            "v": version,
             "op": "append",
             "ts": now,
             "msgs": [m.to_dict() for m in built],

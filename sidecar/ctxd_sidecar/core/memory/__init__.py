@@ -2,7 +2,7 @@
 
 :class:`Memory` validates every request (key rules, strict JSON, value cap,
 TTL, paging) and hands it to a backend: :class:`StoreMemory` keeps records
-in the sidecar's store; :class:`ctxd_sidecar.core.memory_mcp.McpMemory` routes
+in the sidecar's store; :class:`ctxd_sidecar.core.memory.mcp.McpMemory` routes
 operations to an MCP memory server's tools.
 
 The package by responsibility: :mod:`~ctxd_sidecar.core.memory.records` (records,

@@ -6,8 +6,8 @@ import re
 
 #: ``@skill:<name>``: the name starts with a letter or digit and runs over
 #: ``[A-Za-z0-9._-]``; a trailing ``.`` is sentence punctuation, not part of
-#: it ("see @skill:deploy." names ``deploy``). The same grammar decides which
-#: skills a compaction keeps (ctxd_sidecar.core.compaction.skills). Catalogue names
+#: it ("see @skill:deploy." names ``deploy``). The one grammar: a compaction
+#: decides which skills it keeps with it too (ctxd_sidecar.core.compaction.skills). Catalogue names
 #: with other characters can still be loaded explicitly but not referenced.
 REFERENCE_PREFIX = "@skill:"
 _REFERENCE_RE = re.compile(r"@skill:([A-Za-z0-9][A-Za-z0-9._-]*)")

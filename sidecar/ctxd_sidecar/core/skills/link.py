@@ -1,7 +1,7 @@
 """One MCP server as a source of skills: what it lists, and reading a body.
 
 The session itself (connecting, refreshing, reconnecting with back-off, call
-timeouts) is :class:`ctxd_sidecar.core.mcp_client.SessionKeeper`'s; this module
+timeouts) is :class:`ctxd_sidecar.mcp.SessionKeeper`'s; this module
 turns listings into :class:`SkillInfo` entries and reads bodies through it.
 """
 
@@ -14,15 +14,15 @@ from typing import Any
 
 from ctxd_sidecar.config import McpServerSpec, SkillsConfig
 from ctxd_sidecar.core.errors import Unavailable
-from ctxd_sidecar.core.mcp_client import (
+from ctxd_sidecar.core.skills.frontmatter import one_line, parse_front_matter, split_description
+from ctxd_sidecar.core.skills.model import SkillInfo
+from ctxd_sidecar.mcp import (
     KeepPolicy,
     McpSession,
     McpTarget,
     SessionKeeper,
     describe_error,
 )
-from ctxd_sidecar.core.skills.frontmatter import one_line, parse_front_matter, split_description
-from ctxd_sidecar.core.skills.model import SkillInfo
 
 log = logging.getLogger(__name__)
 

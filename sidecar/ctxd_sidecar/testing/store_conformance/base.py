@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from ctxd_sidecar.store import Capability, Store, capabilities_of
+from ctxd_sidecar.store import CallStyle, Capability, Store
 
 #: Keys that trip up URL encoding, file systems and naive escaping. Every one
 #: must round-trip and stay distinct from all others (``Key``/``key`` too).
@@ -54,9 +54,11 @@ AWKWARD_KEYS = (
 SEED = 20240601
 
 
-def declares(store: Store, cap: Capability) -> bool:
-    """Whether ``store`` declares ``cap`` (old-style flags included)."""
-    return cap in capabilities_of(store)
+def declares(store: Store, cap: Capability | CallStyle) -> bool:
+    """Whether ``store`` declares ``cap`` (a capability or a call style)."""
+    if isinstance(cap, CallStyle):
+        return cap in store.call_style
+    return cap in store.capabilities
 
 
 def require(store: Store, *caps: Capability) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from ctxd_sidecar.store import Capability, Item, Store
+from ctxd_sidecar.store import CallStyle, Capability, Item, Store
 from ctxd_sidecar.testing.store_conformance.base import StoreFixtures, declares
 
 
@@ -15,6 +15,8 @@ class DeclarationTests(StoreFixtures):
     def test_declares_capabilities_and_key_limit_properly(self, store: Store) -> None:
         assert isinstance(store.capabilities, frozenset)
         assert all(isinstance(cap, Capability) for cap in store.capabilities)
+        assert isinstance(store.call_style, frozenset)
+        assert all(isinstance(hint, CallStyle) for hint in store.call_style)
         limit = store.max_key_bytes
         assert limit is None or (isinstance(limit, int) and limit >= 64), (
             f"max_key_bytes must be None or a usable number of bytes, not {limit!r}"
@@ -22,9 +24,11 @@ class DeclarationTests(StoreFixtures):
         assert isinstance(store.name, str) and store.name
         assert isinstance(store.describe(), str) and store.describe()
 
-    @pytest.mark.parametrize("capability", list(Capability), ids=lambda c: c.value)
+    @pytest.mark.parametrize(
+        "capability", [*Capability, *CallStyle], ids=lambda c: c.value
+    )
     def test_capability_is_honoured_or_refused(
-        self, store: Store, make_store: Callable[[], Store], capability: Capability
+        self, store: Store, make_store: Callable[[], Store], capability: Capability | CallStyle
     ) -> None:
         """A declared capability works; an undeclared one raises
         NotImplementedError and leaves the data alone (never a silent no-op)."""

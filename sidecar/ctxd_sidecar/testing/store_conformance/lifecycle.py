@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from ctxd_sidecar.store import Capability, Item, PreconditionFailed, Store
+from ctxd_sidecar.store import CallStyle, Capability, Item, PreconditionFailed, Store
 from ctxd_sidecar.testing.store_conformance.base import StoreFixtures, declares, put_many
 
 
@@ -24,7 +24,7 @@ class ConcurrencyTests(StoreFixtures):
 
 class AsyncWriteTests(StoreFixtures):
     def test_async_writes_behave_like_put_and_delete(self, store: Store) -> None:
-        if not declares(store, Capability.ASYNC_WRITES):
+        if not declares(store, CallStyle.ASYNC_WRITES):
             with pytest.raises(NotImplementedError):
                 store.put_async("async/k", b"v")
             assert store.get("async/k") is None
@@ -47,7 +47,7 @@ class AsyncWriteTests(StoreFixtures):
     def test_async_writes_on_an_event_loop_are_that_loops_futures(self, store: Store) -> None:
         """Called on a running loop, put_async/delete_async return futures of
         that loop, completed on it; a failed precondition fails its write alone."""
-        if not declares(store, Capability.ASYNC_WRITES):
+        if not declares(store, CallStyle.ASYNC_WRITES):
             pytest.skip("the store does not declare ASYNC_WRITES")
 
         async def writes() -> tuple[list[str], BaseException | None]:
