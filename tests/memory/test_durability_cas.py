@@ -17,7 +17,7 @@ import pytest
 
 from ctxd_sidecar.api.ctxd.v1 import memory_pb2
 from tests.conftest import s3_uri
-from tests.faultproxy import FaultProxy
+from tests.support.faultproxy import FaultProxy
 
 WRITERS = 32
 INCREMENTS = 1

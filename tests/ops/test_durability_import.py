@@ -12,7 +12,7 @@ import pytest
 from google.protobuf import json_format
 
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as cpb
-from tests.test_admin import ctxd, one_line_error, served  # noqa: F401 - fixture
+from tests.ops.test_admin import ctxd, one_line_error, served  # noqa: F401 - fixture
 
 
 def _append(sc, cid: str, text: str) -> None:

@@ -29,11 +29,11 @@ from ctxd_sidecar.api.ctxd.v1 import context_pb2 as cpb
 from ctxd_sidecar.api.ctxd.v1 import memory_pb2 as mpb
 from ctxd_sidecar.api.ctxd.v1 import memory_pb2_grpc
 from tests.conftest import FAST_RECONNECT, s3_uri
-from tests.crashloop import kill_while_working
-from tests.faultproxy import FaultProxy
-from tests.test_admin import CTXD, ctxd, served  # noqa: F401 - fixture
-from tests.test_admin import _fill as fill_compacted
-from tests.test_migrate import _fill, _migrate, _snapshot, _turn
+from tests.support.crashloop import kill_while_working
+from tests.support.faultproxy import FaultProxy
+from tests.ops.test_admin import CTXD, ctxd, served  # noqa: F401 - fixture
+from tests.ops.test_admin import _fill as fill_compacted
+from tests.ops.test_migrate import _fill, _migrate, _snapshot, _turn
 
 UNANSWERED = {
     grpc.StatusCode.UNAVAILABLE,

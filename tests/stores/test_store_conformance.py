@@ -8,7 +8,7 @@ from ctxd_plugins.lmdb_store import LmdbStore
 from ctxd_plugins.memory_store import MemoryStore
 from ctxd_sidecar.plugins import open_store
 from ctxd_sidecar.testing.store_conformance import StoreConformance, WriteDrops
-from tests.faultproxy import FaultProxy
+from tests.support.faultproxy import FaultProxy
 
 
 class TestMemoryStore(StoreConformance):

@@ -20,15 +20,16 @@ context readable, and the next run converges. In order:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ctxd_sidecar.core.contexts.model import SegmentRef
 from ctxd_sidecar.core.contexts.persistence import decode, head_key, log_key, seg_key
 from ctxd_sidecar.core.errors import CtxdError
 from ctxd_sidecar.store import Item
 
-if TYPE_CHECKING:
-    from ctxd_sidecar.core.migrate import Migration
+#: The running :class:`ctxd_sidecar.core.migrate.Migration` (its stores and
+#: report); not imported, as that module imports this one.
+Migration = Any
 
 
 def _segment_keys(cid: str, doc: dict[str, Any]) -> set[str]:
