@@ -79,23 +79,25 @@ def _parser() -> argparse.ArgumentParser:
 async def _migrate(cfg: config.Config, args: argparse.Namespace, pm) -> int:
     import json
 
-    from ctxd_sidecar.admin.progress import Progress, dry_target
+    from ctxd_sidecar.admin.progress import Progress, dry_target, require_source
     from ctxd_sidecar.core.errors import CtxdError
     from ctxd_sidecar.core.migrate import Migration
     from ctxd_sidecar.core.storage import Storage
     from ctxd_sidecar.plugins import open_store
+    from ctxd_sidecar.store import StoreError
 
     target = dry_target(args.target) if args.dry_run else args.target
-    src = Storage(
-        await asyncio.to_thread(open_store, args.source, pm),
-        prefix=cfg.prefix,
-        instance=cfg.instance,
-    )
-    dst = Storage(
-        await asyncio.to_thread(open_store, target, pm),
-        prefix=cfg.prefix,
-        instance=cfg.instance,
-    )
+    require_source(args.source)
+    stores = []
+    for role, uri in (("source", args.source), ("destination", target)):
+        try:
+            stores.append(await asyncio.to_thread(open_store, uri, pm))
+        except StoreError as exc:
+            for opened in stores:
+                opened.close()
+            raise ValueError(f"cannot open the {role} {uri}: {exc}") from None
+    src = Storage(stores[0], prefix=cfg.prefix, instance=cfg.instance)
+    dst = Storage(stores[1], prefix=cfg.prefix, instance=cfg.instance)
     try:
         report = await Migration(
             src,

@@ -37,7 +37,10 @@ class Capability(enum.StrEnum):
     #: ``delete()`` removes a key. Without it the sidecar writes tombstones.
     DELETE = "delete"
     #: ``put(if_version=…, if_absent=…)`` and ``delete(if_version=…)`` are
-    #: atomic compare-and-set, safe across processes sharing the backend.
+    #: atomic compare-and-set, safe across processes sharing the backend, and
+    #: their answer is what happened: a refused write was not applied and an
+    #: acknowledged one was, once, even if its reply was lost and it was sent
+    #: again, and even when racing writers send identical bytes.
     #: Without it the sidecar checks preconditions itself under an in-process
     #: lock, which is only safe while one sidecar uses the store.
     CONDITIONAL_PUT = "conditional_put"
@@ -78,7 +81,13 @@ class Item:
     """A stored value and its opaque version.
 
     The version changes whenever the content changes; two writes of
-    identical bytes may share one (S3 ETags behave this way).
+    identical bytes may share one (S3 ETags behave this way). A version
+    therefore names content, not a write: a compare-and-set on it succeeds
+    when the key holds exactly the bytes the caller read, which loses no
+    update (the state replaced is the state read). It must never be used,
+    nor the content, to decide whether a write was one's own: a store that
+    retries a conditional write after an unanswered attempt tells its own
+    write by something unique to it (S3: a write id stored as metadata).
     """
 
     value: bytes

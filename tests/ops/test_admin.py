@@ -176,7 +176,17 @@ def test_export_import_round_trips_a_compacted_context(served, spawn_sidecar, tm
     assert lines2 == lines  # ids, timestamps, contents: identical
     assert [_comparable(h) for h in headers2] == [_comparable(h) for h in headers]
 
-    # Importing over an existing conversation is refused in one line.
+    # Importing the same file again creates nothing: both are there already.
+    again = ctxd("contexts", "import", str(dump), "--address", other.address)
+    assert again.returncode == 0 and again.stdout == "", again.stderr
+    assert again.stderr.count("imported from this file before") == 2
+    # Importing over a different conversation is refused in one line.
+    other.running().contexts.AppendTurn(
+        cpb.AppendTurnRequest(
+            context_id="conv-1", messages=[cpb.Message(user=cpb.UserMessage(text="more"))]
+        ),
+        timeout=10,
+    )
     refused = ctxd("contexts", "import", str(dump), "--address", other.address)
     assert "FAILED_PRECONDITION" in one_line_error(refused)
 

@@ -119,3 +119,105 @@ def test_migrate_refuses_to_overwrite_different_data(start_sidecar, store_uri_fo
 def test_migrate_with_a_bad_uri_is_a_clear_error(tmp_path):
     code, err = _migrate("nosuch://x", f"lmdb://{tmp_path}/d")
     assert code == 2 and "no store plugin serves scheme 'nosuch'" in err
+
+
+def _turn(sc, cid: str, text: str) -> int:
+    return sc.contexts.AppendTurn(
+        cpb.AppendTurnRequest(
+            context_id=cid, messages=[cpb.Message(user=cpb.UserMessage(text=text))]
+        ),
+        timeout=10,
+    ).version
+
+
+def _snapshot(sc, cids) -> dict:
+    """Each context as the destination serves it: version and every message."""
+    out = {}
+    for cid in cids:
+        ctx = sc.contexts.GetContext(cpb.GetContextRequest(context_id=cid), timeout=10).context
+        out[cid] = (ctx.version, [m.SerializeToString(deterministic=True) for m in ctx.messages])
+    listed = {
+        c.id for c in sc.contexts.ListContexts(cpb.ListContextsRequest(), timeout=10).contexts
+    }
+    return {"contexts": out, "listed": listed >= set(cids)}
+
+
+@pytest.mark.parametrize("backend", ["lmdb", "s3-nolist", "s3"])
+def test_overwrite_replaces_a_context_that_took_more_turns_whole(
+    start_sidecar, store_uri_for, backend
+):
+    src, dst = store_uri_for("lmdb"), store_uri_for(backend)
+    a = start_sidecar(src, contexts__checkpoint_every=8, memory__sweep_interval=0)
+    expected = _fill(a)
+    want = _snapshot(a, expected["contexts"])
+    a.extra["handle"].close()
+    code, report = _migrate(src, dst)
+    assert code == 0 and report["ok"], report
+
+    # The destination takes more turns: one past a checkpoint, one in the tail.
+    b = start_sidecar(dst, contexts__checkpoint_every=8)
+    for _ in range(9):
+        _turn(b, "conv-0", "only at the destination")
+    _turn(b, "conv-1", "only at the destination")
+    b.extra["handle"].close()
+
+    code, err = _migrate(src, dst)
+    assert code == 1 and "--overwrite" in err
+    code, report = _migrate(src, dst, "--overwrite")
+    assert code == 0 and report["ok"] and report["contexts_verified"] == 4, report
+    assert report["keys_removed"] >= 1
+    code, again = _migrate(src, dst, "--overwrite")  # converged: nothing left to change
+    assert code == 0 and again["ok"], again
+    assert again["keys_overwritten"] == again["keys_removed"] == again["keys_copied"] == 0
+
+    c = start_sidecar(dst)
+    assert _snapshot(c, expected["contexts"]) == want
+    assert _turn(c, "conv-1", "after the migration") == want["contexts"]["conv-1"][0] + 1
+
+
+def test_migrate_from_a_missing_source_refuses_and_creates_nothing(tmp_path):
+    missing, dst = tmp_path / "mistyped", tmp_path / "dst"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ctxd_sidecar",
+            "migrate",
+            "--from",
+            f"lmdb://{missing}",
+            "--to",
+            f"lmdb://{dst}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and "does not exist" in proc.stderr, proc.stderr
+    assert not missing.exists() and not dst.exists()
+
+
+def test_migrate_from_a_source_a_sidecar_holds_says_so_in_one_line(
+    start_sidecar, store_uri_for, tmp_path
+):
+    src = store_uri_for("lmdb")
+    held = start_sidecar(src)
+    _turn(held, "c", "hello")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ctxd_sidecar",
+            "migrate",
+            "--from",
+            src,
+            "--to",
+            f"lmdb://{tmp_path}/dst",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert "in use by another ctxd process" in proc.stderr and "Traceback" not in proc.stderr

@@ -1,11 +1,22 @@
-"""The S3 store itself (boto3); opened by :mod:`ctxd_plugins.s3`."""
+"""The S3 store itself (boto3); opened by :mod:`ctxd_plugins.s3`.
+
+Conditional writes know their outcome instead of guessing it: each carries a
+write id of its own (object metadata, see :mod:`ctxd_plugins.s3.lineage`),
+is sent without botocore's blind retries, and after a failure whose outcome
+is open (a dropped connection, a 5xx) the store reads the object back and
+decides by that id, never by comparing content.
+"""
 
 from __future__ import annotations
+
+import random
+import time
 
 import boto3
 import botocore.config
 import botocore.exceptions
 
+from ctxd_plugins.s3.lineage import WRITE_ID, Lineages, Outcome, judge
 from ctxd_sidecar.plugin import (
     Capability,
     Item,
@@ -15,6 +26,8 @@ from ctxd_sidecar.plugin import (
     StoreUnavailable,
 )
 
+#: A request failed on its connection: it may or may not have reached S3.
+_CONNECTION_FAILED = (botocore.exceptions.HTTPClientError, botocore.exceptions.ConnectionError)
 #: S3's limit on an object key, in UTF-8 bytes.
 S3_MAX_KEY_BYTES = 1024
 
@@ -60,6 +73,11 @@ class S3Store(Store):
         )
         session = boto3.session.Session(profile_name=profile)
         self.client = session.client("s3", endpoint_url=endpoint_url, config=config)
+        # Conditional writes retry themselves, after reading what happened.
+        self.max_attempts = max_attempts
+        once = config.merge(botocore.config.Config(retries={"total_max_attempts": 1}))
+        self._once = session.client("s3", endpoint_url=endpoint_url, config=once)
+        self._lineages = Lineages()
 
     def _key(self, key: str) -> str:
         return self.prefix + key
@@ -67,7 +85,9 @@ class S3Store(Store):
     def get(self, key: str) -> Item | None:
         try:
             resp = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
-            return Item(resp["Body"].read(), resp["ETag"])
+            value = resp["Body"].read()
+            self._lineages.seen(key, resp["ETag"], resp.get("Metadata") or {})
+            return Item(value, resp["ETag"])
         except botocore.exceptions.ClientError as exc:
             if _code(exc) in {"NoSuchKey", "404"}:
                 return None
@@ -77,36 +97,74 @@ class S3Store(Store):
 
     def put(self, key, value, *, if_version=None, if_absent=False) -> str:
         kwargs = {"Bucket": self.bucket, "Key": self._key(key), "Body": bytes(value)}
+        if not (if_absent or if_version is not None):
+            kwargs["Metadata"] = self._lineages.new_write(key, None).metadata()
+            try:
+                return self.client.put_object(**kwargs)["ETag"]
+            except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
+                raise _translate(exc) from None
         if if_absent:
             kwargs["IfNoneMatch"] = "*"
         if if_version is not None:
             kwargs["IfMatch"] = if_version
-        try:
-            return self.client.put_object(**kwargs)["ETag"]
-        except botocore.exceptions.ClientError as exc:
-            if if_absent or if_version is not None:
+        lineage = self._lineages.new_write(key, if_version, created=if_absent)
+        kwargs["Metadata"] = lineage.metadata()
+        sent = False  # an attempt may have reached S3 without our hearing back
+        for attempt in range(self.max_attempts):
+            if attempt:
+                time.sleep(min(0.05 * 2**attempt, 1.0) * random.random())
+            try:
+                etag = self._once.put_object(**kwargs)["ETag"]
+                self._lineages.remember(key, etag, lineage)
+                return etag
+            except botocore.exceptions.ClientError as exc:
                 # 412: precondition failed; 409: a concurrent conditional
                 # write won; 404: If-Match on a key that does not exist.
-                if _status(exc) in {404, 409, 412}:
-                    own = self._own_retried_write(exc, key, value)
-                    if own is not None:
-                        return own
+                if _status(exc) in {404, 409, 412} and not sent:
                     raise PreconditionFailed("version does not match") from None
-            raise _translate(exc) from None
-        except botocore.exceptions.BotoCoreError as exc:
-            raise _translate(exc) from None
+                if _status(exc) not in {404, 409, 412} and not _open_outcome(exc):
+                    raise _translate(exc) from None
+                failure: Exception = exc
+            except _CONNECTION_FAILED as exc:
+                failure = exc  # maybe before, maybe after S3 applied it
+            except botocore.exceptions.BotoCoreError as exc:
+                raise _translate(exc) from None
+            sent = True
+            outcome, version = self._settle(key, lineage, if_version, if_absent)
+            if outcome is Outcome.APPLIED:
+                return version
+            if outcome is Outcome.REFUSED:
+                raise PreconditionFailed("version does not match") from None
+            if outcome is Outcome.UNKNOWN:
+                raise StoreUnavailable(
+                    "S3 failed during a conditional write and what it holds now cannot "
+                    "tell whether that write was applied"
+                ) from None
+            # Outcome.PENDING: the object is still as the write expects it: send again.
+        raise _translate(failure) from None
 
-    def _own_retried_write(self, exc, key: str, value: bytes) -> str | None:
-        """After a retried conditional PUT fails its precondition, tell our own
-        first attempt (applied, but its reply lost) from another writer's:
-        the object then holds exactly the bytes we sent. Callers write values
-        that are unique per write (they carry timestamps and ids)."""
-        if exc.response.get("ResponseMetadata", {}).get("RetryAttempts", 0) == 0:
-            return None
-        current = self.get(key)
-        if current is not None and current.value == bytes(value):
-            return current.version
-        return None
+    def _settle(self, key, lineage, if_version, if_absent) -> tuple[Outcome, str]:
+        """What became of the conditional write ``lineage`` describes, read
+        from the object as it is now (by write id, never by content)."""
+        try:
+            head = self.client.head_object(Bucket=self.bucket, Key=self._key(key))
+        except botocore.exceptions.ClientError as exc:
+            if _status(exc) != 404:
+                return Outcome.UNKNOWN, ""
+            head = None
+        except botocore.exceptions.BotoCoreError:
+            return Outcome.UNKNOWN, ""
+        if head is None:
+            return judge(lineage, None, None, if_version=if_version, if_absent=if_absent), ""
+        etag = head["ETag"]
+        meta = head.get("Metadata") or {}
+        self._lineages.seen(key, etag, meta)
+        outcome = judge(lineage, etag, meta, if_version=if_version, if_absent=if_absent)
+        if outcome is Outcome.APPLIED and lineage.write_id != meta.get(WRITE_ID):
+            # Applied, then replaced by a write that recorded ours as its
+            # predecessor: our version is gone; any stale token will do.
+            return outcome, f'"replaced-{lineage.write_id}"'
+        return outcome, etag
 
     def delete(self, key, *, if_version=None) -> None:
         kwargs = {"Bucket": self.bucket, "Key": self._key(key)}
@@ -150,6 +208,12 @@ class S3Store(Store):
     def describe(self) -> str:
         where = f" at {self.endpoint_url}" if self.endpoint_url else ""
         return f"s3 bucket {self.bucket!r}{where}"
+
+
+def _open_outcome(exc: botocore.exceptions.ClientError) -> bool:
+    """A failure after which the write may or may not have been applied."""
+    status, code = _status(exc), _code(exc)
+    return status >= 500 or code in {"SlowDown", "RequestTimeout", "ServiceUnavailable"}
 
 
 def _code(exc: botocore.exceptions.ClientError) -> str:

@@ -252,10 +252,18 @@ def _contexts_import(client: Client, args) -> int:
     except OSError as exc:
         raise AdminError(f"cannot read {args.file}: {exc.strerror}", 2) from None
     with fh:
-        contexts = list(transfer.parse(fh))
+        contexts = list(transfer.parse(fh))  # the whole file is checked before any write
+    again, imported = transfer.check_absent(client, contexts)
+    for cid in again:
+        client.delete(cid)  # what an interrupted import of this file left
     for header, messages in contexts:
+        if header["id"] in imported:
+            print(f"ctxd: skipped {header['id']}: imported from this file before", file=sys.stderr)
+            continue
         done = transfer.import_context(client, header, messages)
-        if args.json:
+        if done is None:
+            print(f"ctxd: skipped {header['id']}: nothing to create (no messages)", file=sys.stderr)
+        elif args.json:
             render.emit_json(done)
         else:
             print(f"imported {done['id']}: {done['messages']} messages")

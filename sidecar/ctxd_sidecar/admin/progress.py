@@ -17,6 +17,17 @@ def dry_target(uri: str) -> str:
     return uri
 
 
+def require_source(uri: str) -> None:
+    """A migration source must exist: opening a mistyped ``lmdb://`` path
+    would create an empty store and copy nothing, reported as success."""
+    parts = urlsplit(uri)
+    if parts.scheme.lower() != "lmdb":
+        return
+    path = unquote(parts.netloc + parts.path)
+    if path and not os.path.isfile(os.path.join(path, "data.mdb")):
+        raise ValueError(f"the source {uri} does not exist (no LMDB environment at {path})")
+
+
 class Progress:
     """``migrate: 120/480 (25%) 310/s`` on stderr: rewritten in place on a
     terminal, a line at most every 2 s (and the last) otherwise."""

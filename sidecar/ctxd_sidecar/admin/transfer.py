@@ -25,8 +25,10 @@ Import rebuilds the context through the public API only:
 * the plan is re-created (ids, titles, details) and each item's status,
   note and binding set; the preflight verdict is set.
 
-An import that fails part-way deletes what it created, so it can be run
-again once the cause is fixed.
+The whole file is checked before anything is written. An import that fails
+part-way deletes what it created, so it can be run again once the cause is
+fixed; one killed part-way leaves a context holding a prefix of the file,
+which the next run recognises, deletes and imports again.
 
 Not restored: the version and timestamps of the record itself, the
 summary's verbatim ledger (not part of the API), loaded skills (named in the
@@ -43,6 +45,7 @@ from typing import IO
 
 from google.protobuf import json_format
 
+from ctxd_sidecar.admin import import_check
 from ctxd_sidecar.admin.client import Client
 from ctxd_sidecar.admin.connect import AdminError
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
@@ -51,9 +54,7 @@ FORMAT = 1
 #: Messages per AppendTurn on import (the server's default cap is 256).
 TURN = 200
 PLACEHOLDER = "folded before export"
-#: The largest model_window AppendTurn accepts (ctxd_sidecar.core.contexts.turns;
-#: not imported, to keep the client light).
-MAX_MODEL_WINDOW = 100_000_000
+MAX_MODEL_WINDOW = import_check.MAX_MODEL_WINDOW
 
 
 def _dict(msg) -> dict:
@@ -112,8 +113,11 @@ def export_lines(ctx: pb.Context, messages: list[pb.Message]) -> Iterator[str]:
 
 
 def parse(lines: Iterable[str]) -> Iterator[tuple[dict, list[pb.Message]]]:
-    """(header, messages) per exported context; AdminError(code 2) on bad input."""
+    """(header, messages) per exported context; AdminError(code 2) on bad
+    input, naming the line and the field (:mod:`ctxd_sidecar.admin.import_check`)."""
     header: dict | None = None
+    at = 0  # the header's line
+    seen: dict[str, int] = {}
     messages: list[pb.Message] = []
     for n, line in enumerate(lines, 1):
         if not line.strip():
@@ -124,27 +128,35 @@ def parse(lines: Iterable[str]) -> Iterator[tuple[dict, list[pb.Message]]]:
             raise AdminError(f"line {n}: not JSON ({exc.msg})", 2) from None
         if isinstance(obj, dict) and "ctxd_export" in obj:
             if header is not None:
-                yield _checked(header, messages)
+                yield _checked(at, header, messages)
             if obj["ctxd_export"] != FORMAT:
                 raise AdminError(f"line {n}: unknown export format {obj['ctxd_export']!r}", 2)
-            header, messages = obj, []
+            import_check.header(n, obj)
+            if obj["id"] in seen:
+                raise AdminError(
+                    f"line {n}: field 'id': context {obj['id']} is already in the file "
+                    f"(line {seen[obj['id']]})",
+                    2,
+                )
+            seen[obj["id"]] = n
+            header, messages, at = obj, [], n
             continue
         if header is None:
             raise AdminError(f"line {n}: a message before any context header", 2)
         try:
             messages.append(json_format.ParseDict(obj, pb.Message()))
-        except (json_format.ParseError, TypeError) as exc:
+        except (json_format.ParseError, TypeError, ValueError) as exc:
             raise AdminError(f"line {n}: not a ctxd message ({exc})", 2) from None
     if header is None:
         raise AdminError("no context in the input", 2)
-    yield _checked(header, messages)
+    yield _checked(at, header, messages)
 
 
-def _checked(header: dict, messages: list[pb.Message]) -> tuple[dict, list[pb.Message]]:
+def _checked(at: int, header: dict, messages: list[pb.Message]) -> tuple[dict, list[pb.Message]]:
     if header.get("messages", len(messages)) != len(messages):
         raise AdminError(
-            f"context {header.get('id')}: header says {header['messages']} messages, "
-            f"found {len(messages)} (truncated file?)",
+            f"line {at}: field 'messages': context {header.get('id')}: header says "
+            f"{header['messages']} messages, found {len(messages)} (truncated file?)",
             2,
         )
     return header, messages
@@ -156,9 +168,71 @@ def _has_summary(summary: pb.Summary) -> bool:
     )
 
 
-def import_context(client: Client, header: dict, messages: list[pb.Message]) -> dict:
+#: Header fields an import restores: a context whose export matches the file
+#: on these (and on every message) was imported from it already.
+RESTORED = ("summary", "plan", "preflight", "principal", "task", "model", "model_window")
+
+
+def check_absent(
+    client: Client, contexts: list[tuple[dict, list[pb.Message]]]
+) -> tuple[list[str], list[str]]:
+    """Before anything is written: (ids to import again, ids already
+    imported). A context the sidecar holds is refused (AdminError) unless it
+    holds what importing this same context writes: all of it (imported
+    before: skipped), or a prefix (an import killed half-way: deleted and
+    imported again)."""
+    again, done = [], []
+    for header, messages in contexts:
+        cid = header["id"]
+        existing = client.info(cid)
+        if existing is None or not existing.message_count:
+            continue
+        left = left_by_import(client, cid, header, messages)
+        if left is None:
+            raise AdminError(
+                f"FAILED_PRECONDITION: context {cid} already exists with "
+                f"{existing.message_count} messages; delete it first (nothing was imported)"
+            )
+        (done if left else again).append(cid)
+    return again, done
+
+
+def left_by_import(
+    client: Client, cid: str, header: dict, messages: list[pb.Message]
+) -> bool | None:
+    """True if ``cid`` holds this context as importing it writes, False if
+    a prefix of that (the placeholders of its folded messages, then some of
+    its messages: ids, times, contents; what a killed import leaves), None
+    if anything else."""
+    try:
+        ctx, held = read_full(client, cid)
+    except AdminError:
+        return None
+    folded = int(header.get("folded") or 0)
+    ours = {m.id: m for m in messages}
+    for m in held:
+        if _seq(m.id) <= folded:
+            if not (m.HasField("note") and m.note.text == PLACEHOLDER):
+                return None
+        elif ours.get(m.id) != m:
+            return None
+    if [m.id for m in held] != [m.id for m in messages]:
+        return False
+    now = json.loads(next(export_lines(ctx, held)))
+    return all(_restored(now.get(k)) == _restored(header.get(k)) for k in RESTORED)
+
+
+def _restored(value):
+    """A header field as an import restores it (not the time it was written)."""
+    if isinstance(value, dict):
+        return {k: v for k, v in value.items() if k != "updated_ms"} or None
+    return value or None
+
+
+def import_context(client: Client, header: dict, messages: list[pb.Message]) -> dict | None:
     """Rebuild one context in a sidecar that does not hold it yet; one that
-    fails half-way is deleted again, so the import can simply be retried."""
+    fails half-way is deleted again, so the import can simply be retried.
+    None when there was nothing to create (no messages, nothing folded)."""
     cid = header.get("id") or ""
     existing = client.info(cid)
     if existing is not None and existing.message_count:
@@ -167,7 +241,8 @@ def import_context(client: Client, header: dict, messages: list[pb.Message]) -> 
             f"{existing.message_count} messages; delete it first"
         )
     try:
-        return _rebuild(client, cid, header, messages)
+        done = _rebuild(client, cid, header, messages)
+        return done if client.info(cid) is not None else None
     except BaseException:
         with contextlib.suppress(AdminError):
             client.delete(cid)

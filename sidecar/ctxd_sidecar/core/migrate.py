@@ -13,6 +13,11 @@ must be stopped (or at least not writing) while it runs.
 * **Context by context**: a context's log records and segments are copied
   before its head, so a context only becomes visible at the destination once
   everything its head names is there.
+* **Overwrite replaces a context whole** (:mod:`ctxd_sidecar.core.migrate_replace`):
+  the destination's copy keeps answering, as it was or as a shorter prefix of
+  itself, until the source's head replaces its head in one write; then every
+  key of the context the source does not hold is removed. A run stopped at
+  any point leaves each context readable, and running again converges.
 * **Verified**: every context is restored from the destination and must show
   the source's version and message count; memory key counts must match.
 * Expired memory records are skipped.
@@ -34,6 +39,7 @@ from ctxd_sidecar.core.errors import Conflict, CtxdError
 from ctxd_sidecar.core.keyindex import KeyIndex
 from ctxd_sidecar.core.memory import NAMESPACE as MEMORY
 from ctxd_sidecar.core.memory import decode_record
+from ctxd_sidecar.core.migrate_replace import replace_context
 from ctxd_sidecar.core.storage import Storage
 
 PAGE = 500
@@ -52,6 +58,7 @@ class MigrationReport:
     keys_copied: int = 0
     keys_already_present: int = 0
     keys_overwritten: int = 0
+    keys_removed: int = 0
     mismatches: list[str] = field(default_factory=list)
     dry_run: bool = False
 
@@ -189,6 +196,11 @@ class Migration:
                 continue
             self.report.contexts += 1
             keys = await self.src_contexts.keys_of(cid, state.gen, state.version, state.segments)
+            if self.overwrite and not self.dry_run:
+                await self._add(dst_index, cid)
+                await replace_context(self, cid, head_item, state, keys)
+                await self._verify(cid, state)
+                continue
             for key in keys:
                 item = await self.src.get(key)
                 if item is not None:
@@ -197,16 +209,24 @@ class Migration:
             await self._copy(head_key(cid), head_item.value)
             if self.dry_run:
                 continue
+            await self._verify(cid, state)
+
+    async def _verify(self, cid: str, state) -> None:
+        """The destination restores the context as the source has it."""
+        try:
             copy = await self.dst_contexts.restore(cid)
-            if (
-                copy is None
-                or copy.version != state.version
-                or len(copy.messages) != len(state.messages)
-            ):
-                got = "missing" if copy is None else f"v{copy.version}/{len(copy.messages)} msgs"
-                self.report.mismatches.append(
-                    f"context {cid}: source v{state.version}/{len(state.messages)} msgs, "
-                    f"destination {got}"
-                )
-            else:
-                self.report.contexts_verified += 1
+        except CtxdError as exc:
+            self.report.mismatches.append(f"context {cid}: destination unreadable ({exc.message})")
+            return
+        if (
+            copy is None
+            or copy.version != state.version
+            or len(copy.messages) != len(state.messages)
+        ):
+            got = "missing" if copy is None else f"v{copy.version}/{len(copy.messages)} msgs"
+            self.report.mismatches.append(
+                f"context {cid}: source v{state.version}/{len(state.messages)} msgs, "
+                f"destination {got}"
+            )
+        else:
+            self.report.contexts_verified += 1

@@ -37,14 +37,17 @@ The suite is built from one mixin per operation or capability, each usable
 alone with the same ``make_store`` fixture (e.g. ``class TestMine(ListTests)``
 while a backend is half-written): :class:`DeclarationTests`,
 :class:`RoundTripTests`, :class:`KeyTests`, :class:`ConditionalPutTests`,
-:class:`DeleteTests`, :class:`ListTests`, :class:`ConcurrencyTests`,
-:class:`AsyncWriteTests` and :class:`LifecycleTests`. :class:`StoreConformance`
-is all of them, and what a backend must pass.
+:class:`WriteIdentityTests`, :class:`DeleteTests`, :class:`ListTests`,
+:class:`ConcurrencyTests`, :class:`AsyncWriteTests` and :class:`LifecycleTests`.
+:class:`StoreConformance` is all of them, and what a backend must pass.
 
 Class attributes tune the suite: set ``persistent = False`` for a store
 whose data does not survive ``close()`` (like ``memory://``), and lower
 ``large_value_bytes`` or ``many_keys`` only if the backend documents a
-smaller limit. Run with ``pytest -v`` to see every check by name.
+smaller limit. A backend reached over a connection also overrides
+``write_drops`` (a :class:`WriteDrops`: the store opened through a fault
+that loses replies), so the write-identity checks run under dropped
+connections too. Run with ``pytest -v`` to see every check by name.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ from ctxd_sidecar.testing.store_conformance.base import (
 from ctxd_sidecar.testing.store_conformance.conditional import ConditionalPutTests
 from ctxd_sidecar.testing.store_conformance.declaration import DeclarationTests
 from ctxd_sidecar.testing.store_conformance.delete import DeleteTests
+from ctxd_sidecar.testing.store_conformance.identity import WriteDrops, WriteIdentityTests
 from ctxd_sidecar.testing.store_conformance.lifecycle import (
     AsyncWriteTests,
     ConcurrencyTests,
@@ -80,6 +84,8 @@ __all__ = [
     "RoundTripTests",
     "StoreConformance",
     "StoreFixtures",
+    "WriteDrops",
+    "WriteIdentityTests",
     "put_many",
     "require",
     "store_declaring",
@@ -91,6 +97,7 @@ class StoreConformance(
     RoundTripTests,
     KeyTests,
     ConditionalPutTests,
+    WriteIdentityTests,
     DeleteTests,
     ListTests,
     ConcurrencyTests,
