@@ -237,8 +237,10 @@ def _messages_of(lines: list[str], cid: str) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_kill_9_during_import_loses_nothing_reported_and_converges(  # noqa: F811 - fixture
-    served, spawn_sidecar, tmp_path
+def test_kill_9_during_import_loses_nothing_reported_and_converges(
+    served,  # noqa: F811 - the fixture imported above
+    spawn_sidecar,
+    tmp_path,
 ):
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
