@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 
 #: Fence attempts while other replicas keep appending: each is one probe and
 #: one write, with no back-off (the fence should win, not take turns).
-FENCE_ATTEMPTS = 32
+FENCE_ATTEMPTS = 128
 
 
 class Deletion:
