@@ -104,10 +104,6 @@ class Transaction:
         #: The record last committed.
         self.record: dict[str, Any] | None = None
 
-    @property
-    def context_id(self) -> str:
-        return self._e.id
-
     async def next(self) -> bool:
         """Ready the next attempt: False when the context is missing and the
         rule is :attr:`Missing.ABSENT`; Unavailable once attempts run out."""
@@ -195,10 +191,6 @@ class Transaction:
     def forget(self) -> None:
         """The context left this replica's memory (deleted or archived)."""
         self._svc.forget(self._e)
-
-    @property
-    def entry(self) -> Entry:
-        return self._e
 
 
 async def race_backoff(attempt: int) -> None:
