@@ -82,7 +82,7 @@ async def wait(storage: Storage, prefixes: Iterable[str], poll: float) -> None:
         # the watcher's way: until it is up, the watcher polls as before.
         loop = asyncio.get_running_loop()
         opening = _feeds[storage] = loop.run_in_executor(None, ChangeFeed, storage, loop)
-        opening.add_done_callback(lambda f: f.cancelled() or f.exception() and _forget(storage, f))
+        opening.add_done_callback(lambda f: _opened(storage, f))
     if not opening.done() or opening.cancelled() or opening.exception() is not None:
         await asyncio.sleep(poll)
         return
@@ -91,9 +91,11 @@ async def wait(storage: Storage, prefixes: Iterable[str], poll: float) -> None:
     await opening.result().wait(prefixes, poll)
 
 
-def _forget(storage: Storage, failed: asyncio.Future) -> None:
-    """A feed that could not open is tried again by the next waiter."""
-    if _feeds.get(storage) is failed:
+def _opened(storage: Storage, opening: asyncio.Future) -> None:
+    """A feed that could not open (or was cancelled) is tried again by the
+    next waiter; meanwhile watchers poll."""
+    failed = opening.cancelled() or opening.exception() is not None
+    if failed and _feeds.get(storage) is opening:
         del _feeds[storage]
 
 
