@@ -5,8 +5,7 @@ are ``CtxdError`` subclasses per gRPC status, with the google.rpc details.
 """
 
 from ctxd_client._api.ctxd.v1 import context_pb2, memory_pb2
-from ctxd_client._base import Retry
-from ctxd_client._connect import CannotConnect
+from ctxd_client._connect import CannotConnect, Retry
 from ctxd_client._ops import SliceDelta, SliceMessages, Turn, Version, to_dict, to_pb
 from ctxd_client._watch import AsyncWatch, Watch
 from ctxd_client.aio import AsyncClient

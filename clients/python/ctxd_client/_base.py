@@ -1,79 +1,16 @@
-"""What both clients share: channel set-up (TLS, token), retry policy, and the
-verbs themselves, written once over ``_run`` (sync in Client, async in
-AsyncClient)."""
+"""The verbs both clients share, written once over ``_run`` (sync in Client,
+async in AsyncClient); channel set-up and retry policy are in ``_connect``."""
 
 from __future__ import annotations
 
-import os
-import random
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import grpc
-
+from ctxd_client import _agent_ops as agent_ops
 from ctxd_client import _ops as ops
 from ctxd_client._api.ctxd.v1 import context_pb2 as pb
 from ctxd_client._api.ctxd.v1 import context_pb2_grpc, memory_pb2_grpc
 from ctxd_client._api.ctxd.v1 import memory_pb2 as mpb
-
-DEFAULT_ADDRESS = "127.0.0.1:50051"
-DEFAULT_TIMEOUT = 10.0
-
-#: Reconnect quickly after a sidecar restart instead of gRPC's default 1 s+ back-off.
-CHANNEL_OPTIONS = [
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-]
-
-
-@dataclass(frozen=True)
-class Retry:
-    """Bounded retries on UNAVAILABLE, for calls that are safe to repeat
-    (AppendTurn with its idempotency key, and reads)."""
-
-    attempts: int = 8
-    initial_backoff: float = 0.1
-    max_backoff: float = 4.0
-
-    def delay(self, attempt: int) -> float:
-        base = min(self.max_backoff, self.initial_backoff * (2**attempt))
-        return base * random.uniform(0.5, 1.0)
-
-
-DEFAULT_RETRY = Retry()
-
-
-def _read(value: bytes | str | os.PathLike | None) -> bytes | None:
-    if value is None or isinstance(value, bytes):
-        return value
-    return Path(value).read_bytes()
-
-
-def channel_args(
-    address: str | None,
-    *,
-    tls: bool,
-    root_ca: bytes | str | os.PathLike | None,
-    client_cert: bytes | str | os.PathLike | None,
-    client_key: bytes | str | os.PathLike | None,
-    server_name: str | None,
-) -> tuple[str, grpc.ChannelCredentials | None, list]:
-    """Target, credentials (None for plaintext) and options for a channel."""
-    target = address or os.environ.get("CTXD_ADDRESS") or DEFAULT_ADDRESS
-    options = list(CHANNEL_OPTIONS)
-    if server_name:
-        options.append(("grpc.ssl_target_name_override", server_name))
-    if not (tls or root_ca or client_cert or client_key):
-        return target, None, options
-    creds = grpc.ssl_channel_credentials(
-        root_certificates=_read(root_ca),
-        private_key=_read(client_key),
-        certificate_chain=_read(client_cert),
-    )
-    return target, creds, options
 
 
 class _Verbs:
@@ -323,7 +260,7 @@ class _Verbs:
         timeout: float | None = None,
     ) -> pb.CompactResponse:
         return self._run(
-            ops.compact(
+            agent_ops.compact(
                 context_id,
                 keep_last=keep_last,
                 target_tokens=target_tokens,
@@ -342,7 +279,7 @@ class _Verbs:
         timeout: float | None = None,
     ) -> pb.PlanCompactionResponse:
         return self._run(
-            ops.plan_compaction(context_id, keep_last=keep_last, target_tokens=target_tokens),
+            agent_ops.plan_compaction(context_id, keep_last=keep_last, target_tokens=target_tokens),
             timeout,
         )
 
@@ -355,7 +292,7 @@ class _Verbs:
         timeout: float | None = None,
     ) -> pb.ApplyCompactionResponse:
         """``answer`` is the summariser's JSON (a dict is serialised) or plain text."""
-        return self._run(ops.apply_compaction(context_id, plan_ref, answer), timeout)
+        return self._run(agent_ops.apply_compaction(context_id, plan_ref, answer), timeout)
 
     def expand_compaction(
         self,
@@ -367,7 +304,7 @@ class _Verbs:
     ) -> pb.ExpandCompactionResponse:
         """The messages one compaction folded (all pages) and its record."""
         return self._run(
-            ops.expand_compaction(context_id, compaction_id, page_size=page_size), timeout
+            agent_ops.expand_compaction(context_id, compaction_id, page_size=page_size), timeout
         )
 
     def update_plan(
@@ -384,7 +321,7 @@ class _Verbs:
     ) -> pb.UpdatePlanResponse:
         """Exactly one plan operation, as a dict in the proto's shape."""
         return self._run(
-            ops.update_plan(
+            agent_ops.update_plan(
                 context_id,
                 create=create,
                 update=update,
@@ -408,7 +345,8 @@ class _Verbs:
     ) -> pb.ReportRunResponse:
         """``kind`` "run"/"subagent"/"task"; ``outcome`` "succeeded"/"failed"/"cancelled"."""
         return self._run(
-            ops.report_run(context_id, kind=kind, id=id, outcome=outcome, reason=reason), timeout
+            agent_ops.report_run(context_id, kind=kind, id=id, outcome=outcome, reason=reason),
+            timeout,
         )
 
     def set_preflight(
@@ -420,26 +358,26 @@ class _Verbs:
         timeout: float | None = None,
     ) -> int:
         return self._run(
-            ops.set_preflight(context_id, verdict, expected_version=expected_version), timeout
+            agent_ops.set_preflight(context_id, verdict, expected_version=expected_version), timeout
         )
 
     def list_skills(self, *, timeout: float | None = None) -> list[pb.SkillInfo]:
-        return self._run(ops.list_skills(), timeout)
+        return self._run(agent_ops.list_skills(), timeout)
 
     def load_skill(
         self, context_id: str, name: str, *, timeout: float | None = None
     ) -> pb.LoadSkillResponse:
-        return self._run(ops.load_skill(context_id, name), timeout)
+        return self._run(agent_ops.load_skill(context_id, name), timeout)
 
     def unload_skill(
         self, context_id: str, name: str, *, timeout: float | None = None
     ) -> pb.UnloadSkillResponse:
-        return self._run(ops.unload_skill(context_id, name), timeout)
+        return self._run(agent_ops.unload_skill(context_id, name), timeout)
 
     def render_prompt(
         self, context_id: str, *, agent: str = "", timeout: float | None = None
     ) -> pb.RenderPromptResponse:
-        return self._run(ops.render_prompt(context_id, agent=agent), timeout)
+        return self._run(agent_ops.render_prompt(context_id, agent=agent), timeout)
 
     def record_usage(
         self,
@@ -451,7 +389,7 @@ class _Verbs:
         timeout: float | None = None,
     ) -> pb.RecordUsageResponse:
         return self._run(
-            ops.record_usage(
+            agent_ops.record_usage(
                 context_id, input_tokens=input_tokens, output_tokens=output_tokens, model=model
             ),
             timeout,
@@ -460,7 +398,7 @@ class _Verbs:
     # -- memory ---------------------------------------------------------------------
     def memory_get(self, key: str, *, timeout: float | None = None) -> mpb.MemoryRecord:
         """The live record (NotFound when there is none); ``json.loads(r.value_json)``."""
-        return self._run(ops.memory_get(key), timeout)
+        return self._run(agent_ops.memory_get(key), timeout)
 
     def memory_set(
         self,
@@ -476,7 +414,7 @@ class _Verbs:
     ) -> mpb.MemoryRecord:
         """Stores ``value`` as JSON, or ``value_json`` byte for byte."""
         return self._run(
-            ops.memory_set(
+            agent_ops.memory_set(
                 key,
                 value,
                 value_json=value_json,
@@ -491,7 +429,7 @@ class _Verbs:
     def memory_delete(
         self, key: str, *, expected_version: str = "", timeout: float | None = None
     ) -> bool:
-        return self._run(ops.memory_delete(key, expected_version=expected_version), timeout)
+        return self._run(agent_ops.memory_delete(key, expected_version=expected_version), timeout)
 
     def memory_list(
         self,
@@ -503,5 +441,5 @@ class _Verbs:
     ) -> list[mpb.MemoryRecord]:
         """Every live record under ``prefix`` (all pages), in key order."""
         return self._run(
-            ops.memory_list(prefix, include_values=include_values, limit=limit), timeout
+            agent_ops.memory_list(prefix, include_values=include_values, limit=limit), timeout
         )

@@ -1,6 +1,7 @@
 """What a connection needs beyond the channel: the bearer token (re-read from
 its file when the file changes, so a rotated secret needs no restart), and
-telling a failure that retrying can fix from one it cannot.
+telling a failure that retrying can fix from one it cannot; the channel's
+target, credentials and options, and the retry policy.
 
 gRPC reports every failed connection as UNAVAILABLE, whether the sidecar is
 restarting (retry) or the address is a TLS port dialled in plaintext, the
@@ -12,11 +13,74 @@ no more than "Socket closed", asks the port whether it speaks TLS.
 from __future__ import annotations
 
 import os
+import random
 import socket
 import ssl
 import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
 
 from ctxd_client.errors import CtxdError, Unauthenticated, Unavailable, Unimplemented
+
+DEFAULT_ADDRESS = "127.0.0.1:50051"
+DEFAULT_TIMEOUT = 10.0
+
+#: Reconnect quickly after a sidecar restart instead of gRPC's default 1 s+ back-off.
+CHANNEL_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Bounded retries on UNAVAILABLE, for calls that are safe to repeat
+    (AppendTurn with its idempotency key, and reads)."""
+
+    attempts: int = 8
+    initial_backoff: float = 0.1
+    max_backoff: float = 4.0
+
+    def delay(self, attempt: int) -> float:
+        base = min(self.max_backoff, self.initial_backoff * (2**attempt))
+        return base * random.uniform(0.5, 1.0)
+
+
+DEFAULT_RETRY = Retry()
+
+
+def _read(value: bytes | str | os.PathLike | None) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    return Path(value).read_bytes()
+
+
+def channel_args(
+    address: str | None,
+    *,
+    tls: bool,
+    root_ca: bytes | str | os.PathLike | None,
+    client_cert: bytes | str | os.PathLike | None,
+    client_key: bytes | str | os.PathLike | None,
+    server_name: str | None,
+) -> tuple[str, grpc.ChannelCredentials | None, list]:
+    """Target, credentials (None for plaintext) and options for a channel."""
+    target = address or os.environ.get("CTXD_ADDRESS") or DEFAULT_ADDRESS
+    options = list(CHANNEL_OPTIONS)
+    if server_name:
+        options.append(("grpc.ssl_target_name_override", server_name))
+    if not (tls or root_ca or client_cert or client_key):
+        return target, None, options
+    creds = grpc.ssl_channel_credentials(
+        root_certificates=_read(root_ca),
+        private_key=_read(client_key),
+        certificate_chain=_read(client_cert),
+    )
+    return target, creds, options
+
 
 #: Seconds the TLS probe of a port may take.
 PROBE_TIMEOUT = 0.5

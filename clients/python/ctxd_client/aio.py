@@ -10,8 +10,16 @@ import grpc
 
 from ctxd_client import _ops as ops
 from ctxd_client._api.ctxd.v1 import context_pb2 as pb
-from ctxd_client._base import DEFAULT_RETRY, DEFAULT_TIMEOUT, Retry, _Verbs, channel_args
-from ctxd_client._connect import CannotConnect, TokenSource, diagnose
+from ctxd_client._base import _Verbs
+from ctxd_client._connect import (
+    DEFAULT_RETRY,
+    DEFAULT_TIMEOUT,
+    CannotConnect,
+    Retry,
+    TokenSource,
+    channel_args,
+    diagnose,
+)
 from ctxd_client._watch import AsyncWatch
 from ctxd_client.errors import CtxdError, Unavailable, from_rpc_error
 

@@ -3,8 +3,10 @@
 // the address and what is wrong there, for failures no retry can fix.
 import { statSync, readFileSync } from "node:fs";
 import { connect as tlsConnect } from "node:tls";
-import { Code } from "@connectrpc/connect";
+import { Code, type Interceptor, type Transport } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
 import { CtxdError } from "./errors.js";
+import type { ClientOptions } from "./types.js";
 
 /** Milliseconds the TLS probe of a port may take. */
 const PROBE_TIMEOUT_MS = 500;
@@ -99,4 +101,22 @@ export async function explain(
     return explained(e, address, "the sidecar wants a bearer token: set CTXD_TOKEN_FILE or CTXD_TOKEN (or token)");
   }
   return e;
+}
+
+/** The gRPC transport to ``address``: TLS when ``options.tls`` is given, the bearer token on every call. */
+export function ctxdTransport(address: string, options: ClientOptions): Transport {
+  const tokens = new TokenSource(options.token, options.tokenFile);
+  const interceptors: Interceptor[] = [
+    (next) => (req) => {
+      const token = tokens.token();
+      if (token) req.header.set("authorization", `Bearer ${token}`);
+      return next(req);
+    },
+  ];
+  const tls = options.tls;
+  return createGrpcTransport({
+    baseUrl: `${tls ? "https" : "http"}://${address}`,
+    interceptors,
+    nodeOptions: tls ? { ca: tls.ca, cert: tls.cert, key: tls.key, servername: tls.serverName } : {},
+  });
 }

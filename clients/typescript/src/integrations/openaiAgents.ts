@@ -5,7 +5,7 @@
 // docs/integrations/openai-agents.md (the Python CtxdSession follows the same design).
 import { randomUUID } from "node:crypto";
 import { Code, CtxdError } from "../errors.js";
-import type { CtxdClient } from "../index.js";
+import type { CtxdClient } from "../client.js";
 
 const FORMAT = "openai_responses" as const;
 

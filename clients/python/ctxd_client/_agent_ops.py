@@ -1,0 +1,191 @@
+"""The verbs beyond a context's transcript: compaction, plan, skills, prompt,
+usage and agent memory, each an ``Op`` as in ``_ops``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from ctxd_client._api.ctxd.v1 import context_pb2 as pb
+from ctxd_client._api.ctxd.v1 import memory_pb2 as mpb
+from ctxd_client._ops import CONTEXT, MEMORY, Call, Op, enum_value, to_pb
+from ctxd_client.errors import CtxdError
+
+
+def compact(
+    context_id: str,
+    *,
+    keep_last: int = 0,
+    target_tokens: int = 0,
+    instructions: str = "",
+    summariser: str = "",
+) -> Op:
+    req = pb.CompactRequest(
+        context_id=context_id,
+        keep_last=keep_last,
+        target_tokens=target_tokens,
+        instructions=instructions,
+        summariser=summariser,
+    )
+    return (yield Call(CONTEXT, "Compact", req))
+
+
+def plan_compaction(context_id: str, *, keep_last: int = 0, target_tokens: int = 0) -> Op:
+    req = pb.PlanCompactionRequest(
+        context_id=context_id, keep_last=keep_last, target_tokens=target_tokens
+    )
+    return (yield Call(CONTEXT, "PlanCompaction", req, retry=True))
+
+
+def apply_compaction(context_id: str, plan_ref: str, answer: str | Mapping) -> Op:
+    text = answer if isinstance(answer, str) else json.dumps(answer)
+    req = pb.ApplyCompactionRequest(context_id=context_id, plan_ref=plan_ref, answer=text)
+    return (yield Call(CONTEXT, "ApplyCompaction", req))
+
+
+def expand_compaction(context_id: str, compaction_id: str, *, page_size: int = 0) -> Op:
+    req = pb.ExpandCompactionRequest(
+        context_id=context_id, compaction_id=compaction_id, page_size=page_size
+    )
+    whole = None
+    while True:
+        resp = yield Call(CONTEXT, "ExpandCompaction", req, retry=True)
+        if whole is None:
+            whole = resp
+        else:
+            whole.messages.extend(resp.messages)
+        if not resp.next_page_token:
+            whole.next_page_token = ""
+            return whole
+        req.page_token = resp.next_page_token
+
+
+_PLAN_OPS = {
+    "create": pb.PlanCreate,
+    "update": pb.PlanUpdate,
+    "insert": pb.PlanInsert,
+    "move": pb.PlanMove,
+}
+
+
+def update_plan(
+    context_id: str,
+    *,
+    create: Mapping | pb.PlanCreate | None = None,
+    update: Mapping | pb.PlanUpdate | None = None,
+    insert: Mapping | pb.PlanInsert | None = None,
+    move: Mapping | pb.PlanMove | None = None,
+    clear: bool = False,
+    expected_version: int | None = None,
+) -> Op:
+    given = {"create": create, "update": update, "insert": insert, "move": move}
+    chosen = [k for k, v in given.items() if v is not None] + (["clear"] if clear else [])
+    if len(chosen) != 1:
+        raise CtxdError("update_plan takes exactly one of create, update, insert, move, clear")
+    req = pb.UpdatePlanRequest(context_id=context_id)
+    if clear:
+        req.clear.SetInParent()
+    else:
+        name = chosen[0]
+        getattr(req, name).CopyFrom(to_pb(given[name], _PLAN_OPS[name]))
+    if expected_version is not None:
+        req.expected_version = expected_version
+    return (yield Call(CONTEXT, "UpdatePlan", req))
+
+
+def report_run(
+    context_id: str,
+    *,
+    kind: int | str,
+    id: str,
+    outcome: int | str,
+    reason: str = "",
+) -> Op:
+    req = pb.ReportRunRequest(
+        context_id=context_id,
+        binding=pb.PlanBinding(kind=enum_value(pb.BindingKind, "BINDING_KIND_", kind), id=id),
+        outcome=enum_value(pb.RunOutcome, "RUN_OUTCOME_", outcome),
+        reason=reason,
+    )
+    return (yield Call(CONTEXT, "ReportRun", req))
+
+
+def set_preflight(
+    context_id: str, verdict: str | Mapping, *, expected_version: int | None = None
+) -> Op:
+    text = verdict if isinstance(verdict, str) else json.dumps(verdict)
+    req = pb.SetPreflightRequest(context_id=context_id, verdict_json=text)
+    if expected_version is not None:
+        req.expected_version = expected_version
+    return (yield Call(CONTEXT, "SetPreflight", req)).version
+
+
+def list_skills() -> Op:
+    return list((yield Call(CONTEXT, "ListSkills", pb.ListSkillsRequest(), retry=True)).skills)
+
+
+def load_skill(context_id: str, name: str) -> Op:
+    return (yield Call(CONTEXT, "LoadSkill", pb.LoadSkillRequest(context_id=context_id, name=name)))
+
+
+def unload_skill(context_id: str, name: str) -> Op:
+    req = pb.UnloadSkillRequest(context_id=context_id, name=name)
+    return (yield Call(CONTEXT, "UnloadSkill", req))
+
+
+def render_prompt(context_id: str, *, agent: str = "") -> Op:
+    req = pb.RenderPromptRequest(context_id=context_id, agent=agent)
+    return (yield Call(CONTEXT, "RenderPrompt", req))
+
+
+def record_usage(
+    context_id: str, *, input_tokens: int, output_tokens: int = 0, model: str = ""
+) -> Op:
+    req = pb.RecordUsageRequest(
+        context_id=context_id, input_tokens=input_tokens, output_tokens=output_tokens, model=model
+    )
+    return (yield Call(CONTEXT, "RecordUsage", req))
+
+
+def memory_get(key: str) -> Op:
+    return (yield Call(MEMORY, "Get", mpb.GetRequest(key=key), retry=True)).record
+
+
+def memory_set(
+    key: str,
+    value: Any = None,
+    *,
+    value_json: str | None = None,
+    ttl_seconds: int = 0,
+    expected_version: str = "",
+    create_only: bool = False,
+    by: str = "",
+) -> Op:
+    if value_json is None:
+        value_json = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    req = mpb.SetRequest(
+        key=key,
+        value_json=value_json,
+        ttl_seconds=ttl_seconds,
+        expected_version=expected_version,
+        create_only=create_only,
+        by=by,
+    )
+    return (yield Call(MEMORY, "Set", req)).record
+
+
+def memory_delete(key: str, *, expected_version: str = "") -> Op:
+    req = mpb.DeleteRequest(key=key, expected_version=expected_version)
+    return (yield Call(MEMORY, "Delete", req)).deleted
+
+
+def memory_list(prefix: str = "", *, include_values: bool = False, limit: int = 0) -> Op:
+    req = mpb.ListRequest(prefix=prefix, include_values=include_values, limit=limit)
+    out: list = []
+    while True:
+        resp = yield Call(MEMORY, "List", req, retry=True)
+        out.extend(resp.records)
+        if not resp.next_page_token:
+            return out
+        req.page_token = resp.next_page_token
