@@ -12,8 +12,9 @@ messages and brings what it holds up to date (``Client.turn``).
 
 import os
 
-from ctxd_client import Client, NotFound
 from openai import OpenAI
+
+from ctxd_client import Client, NotFound
 
 llm = OpenAI(api_key=os.environ.get("OPENAI_API_KEY", "none"))  # honours OPENAI_BASE_URL
 model = os.environ.get("MODEL", "gpt-4o-mini")

@@ -195,9 +195,7 @@ class OpenAISummariser:
                     f"{self.timeout:g}s (summariser.openai.timeout)"
                 ) from None
             except openai.APIConnectionError:
-                raise Unavailable(
-                    f"summariser {NAME!r} at {self.where} is unreachable"
-                ) from None
+                raise Unavailable(f"summariser {NAME!r} at {self.where} is unreachable") from None
             except openai.APIStatusError as exc:
                 status = exc.status_code
                 if status in (400, 422) and self._drop_rejected_parameter(exc):

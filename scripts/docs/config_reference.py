@@ -14,9 +14,10 @@ import json
 import textwrap
 import typing
 
-from ctxd_sidecar.config import Config
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
+
+from ctxd_sidecar.config import Config
 
 
 def field_comments(model: type[BaseModel]) -> dict[str, str]:

@@ -116,9 +116,7 @@ def test_a_far_behind_replica_before_the_purge(scenario):
 def test_a_far_behind_replica_after_the_purge(scenario):
     """The fence hold is over and the old incarnation's keys are gone."""
     cases = [
-        (behind, check, *scenario.deleted_behind_b(behind))
-        for behind in BEHIND
-        for check in CHECKS
+        (behind, check, *scenario.deleted_behind_b(behind)) for behind in BEHIND for check in CHECKS
     ]
     time.sleep(HOLD + 1.5)  # A's purge runs
     for behind, check, cid, incarnation in cases:

@@ -184,7 +184,7 @@ def test_errors_say_which_file_or_variable_set_the_value(tmp_path):
 
 
 def test_names_from_before_the_summariser_table_are_unknown(tmp_path):
-    path = write(tmp_path, "[compaction]\nopenai_model = \"m\"\n")
+    path = write(tmp_path, '[compaction]\nopenai_model = "m"\n')
     with pytest.raises(ConfigError, match="unknown setting 'compaction.openai_model'"):
         load_config(config_file=path, env={})
     with pytest.raises(ConfigError, match="unknown setting 'compaction.openai_model' on the com"):

@@ -142,11 +142,7 @@ def test_sigterm_with_writers_and_a_watcher_drains_everything(spawn_sidecar, tmp
     # The calls that reached a stopping server; once the process is gone a
     # call fails in the client's own channel (connection refused or torn
     # down mid-connect), which is not the server's drain.
-    after = [
-        c
-        for c in calls
-        if signalled <= c.started < exited and c.code != grpc.StatusCode.OK
-    ]
+    after = [c for c in calls if signalled <= c.started < exited and c.code != grpc.StatusCode.OK]
     print(
         f"\ndrain under {WRITERS} writers: exit {exited - signalled:.3f}s after SIGTERM, "
         f"{len(before)} calls before the signal, {len(cancelled)} CANCELLED, "

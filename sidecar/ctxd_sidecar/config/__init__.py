@@ -437,5 +437,3 @@ def dotted_to_nested(pairs: Mapping[str, Any]) -> dict[str, Any]:
             node = child
         node[key] = value
     return out
-
-

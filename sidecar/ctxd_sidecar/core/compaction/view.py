@@ -36,7 +36,6 @@ from ctxd_sidecar.core.estimate import estimate_message
 KINDS = frozenset({"system", "user", "assistant", "tool", "note"})
 
 
-
 @runtime_checkable
 class ToolCallView(Protocol):
     @property

@@ -68,9 +68,7 @@ class DamagedRecord(Exception):
 
 
 # -- the built-in ops ----------------------------------------------------------------------
-def _append(
-    state: ContextState, rec: dict[str, Any], built: Sequence[Msg] | None = None
-) -> None:
+def _append(state: ContextState, rec: dict[str, Any], built: Sequence[Msg] | None = None) -> None:
     """``msgs``: the turn's messages (seq/ts assigned); ``meta``: principal,
     task, model, model_window recorded with the turn; ``skills``: the loaded
     set after the turn when its ``@skill:`` references changed it;

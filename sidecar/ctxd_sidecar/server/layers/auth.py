@@ -63,5 +63,3 @@ def _guarded(handler, allowed: Callable, code: grpc.StatusCode, message: str):
         return await inner(request_or_iterator, context)
 
     return _replace(handler, call)
-
-

@@ -61,5 +61,3 @@ def _decode(decode, raw: bytes, tagged: bool):
             if record is not None:
                 record.context_id = context_id
     return request
-
-

@@ -135,5 +135,3 @@ async def _pump(inner, request, context) -> None:
     async with contextlib.aclosing(inner(request, context)) as items:
         async for item in items:
             await context.write(item)
-
-

@@ -111,5 +111,3 @@ class Registrar:
     ) -> None:
         """Ignored: whoever registers a service this way (generated code,
         health, reflection) also registers it generically, and that is used."""
-
-

@@ -25,9 +25,7 @@ class DeclarationTests(StoreFixtures):
         assert isinstance(store.name, str) and store.name
         assert isinstance(store.describe(), str) and store.describe()
 
-    @pytest.mark.parametrize(
-        "capability", [*Capability, *CallStyle], ids=lambda c: c.value
-    )
+    @pytest.mark.parametrize("capability", [*Capability, *CallStyle], ids=lambda c: c.value)
     def test_capability_is_honoured_or_refused(
         self, store: Store, make_store: Callable[[], Store], capability: Capability | CallStyle
     ) -> None:
