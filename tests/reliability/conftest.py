@@ -1,15 +1,6 @@
-"""Crash loops, model-based runs and load: long by nature, so every test here
-is marked ``slow`` (``pytest -m "not slow"`` leaves them out; the full run
-and CI keep them)."""
-
-from pathlib import Path
-
-import pytest
-
-HERE = Path(__file__).parent
-
-
-def pytest_collection_modifyitems(items):
-    for item in items:
-        if Path(str(item.fspath)).parent == HERE:
-            item.add_marker(pytest.mark.slow)
+"""Crash loops, model-based runs and load. Each long run is marked ``slow``
+where it is declared (``scripts/test.sh slow`` runs them, a CI step of its
+own); the default set keeps a short example of each kind: a few kills on
+LMDB per crash loop (``tests/support/crashloop.py:crash_runs``), the short
+model-based profiles, and the quick edge cases (disk full, read-only data
+directory, a deletion cut short)."""

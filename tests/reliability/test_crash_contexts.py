@@ -15,6 +15,7 @@ from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 from ctxd_sidecar.api.ctxd.v1 import context_pb2_grpc
 from tests.conftest import FAST_RECONNECT
 from tests.support.contexts import append, assistant, full, list_all, rpc_error, texts, user
+from tests.support.crashloop import crash_runs
 
 KILLS = 20
 RETRYABLE = {
@@ -69,9 +70,8 @@ class Appender(threading.Thread):
             channel.close()
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("backend", ["lmdb", "s3", "postgres"])
-def test_kill_9_loses_no_acknowledged_turn(spawn_sidecar, store_uri_for, backend):
+@pytest.mark.parametrize(("backend", "kills"), crash_runs(["lmdb", "s3", "postgres"], KILLS))
+def test_kill_9_loses_no_acknowledged_turn(spawn_sidecar, store_uri_for, backend, kills):
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
     args = (
@@ -89,7 +89,7 @@ def test_kill_9_loses_no_acknowledged_turn(spawn_sidecar, store_uri_for, backend
     client = Appender(sc.address, seed)
     client.start()
     try:
-        for _ in range(KILLS):
+        for _ in range(kills):
             # Let the client make progress on this incarnation, then kill it
             # at a random moment of its work.
             seen = len(client.acked)
@@ -106,7 +106,7 @@ def test_kill_9_loses_no_acknowledged_turn(spawn_sidecar, store_uri_for, backend
     assert client.error is None, f"seed {seed}: {client.error}"
     assert client.retries > 0, "no kill interrupted a call"
     acked = client.acked
-    assert len(acked) > KILLS, f"seed {seed}: too few turns acknowledged ({len(acked)})"
+    assert len(acked) > kills, f"seed {seed}: too few turns acknowledged ({len(acked)})"
 
     def check(ctx: pb.Context) -> None:
         n = ctx.version

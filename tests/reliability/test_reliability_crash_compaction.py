@@ -18,7 +18,7 @@ from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 from ctxd_sidecar.api.ctxd.v1 import context_pb2_grpc
 from tests.conftest import FAST_RECONNECT
 from tests.reliability.test_crash_contexts import RETRYABLE, Appender
-from tests.support.crashloop import kill_while_working
+from tests.support.crashloop import crash_runs, kill_while_working
 
 KILLS = 10
 BUDGET = 30.0
@@ -120,9 +120,10 @@ def check_archive(stub, seed: int) -> None:
         assert seen == [f"m{k}" for k in range(1, len(seen) + 1)], f"seed {seed}"
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("backend", ["lmdb", "s3"])
-def test_kill_9_during_compaction_loses_no_acknowledged_turn(spawn_sidecar, store_uri_for, backend):
+@pytest.mark.parametrize(("backend", "kills"), crash_runs(["lmdb", "s3"], KILLS))
+def test_kill_9_during_compaction_loses_no_acknowledged_turn(
+    spawn_sidecar, store_uri_for, backend, kills
+):
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
     sc = spawn_sidecar(
@@ -137,14 +138,14 @@ def test_kill_9_during_compaction_loses_no_acknowledged_turn(spawn_sidecar, stor
     compactor = Compactor(sc.address, seed + 1)
     appender.start()
     compactor.start()
-    kills = 0
+    made = 0
     try:
-        kills = kill_while_working(
+        made = kill_while_working(
             sc,
             lambda: (len(appender.acked), compactor.calls),
             appender.is_alive,
             rng,
-            kills=KILLS,
+            kills=kills,
             budget=BUDGET,
             max_pause=0.4,
         )
@@ -168,6 +169,6 @@ def test_kill_9_during_compaction_loses_no_acknowledged_turn(spawn_sidecar, stor
     again = stub.AppendTurn(appender.turn(last), timeout=10)
     assert again.replayed and again.version == appender.acked[last].version
     print(
-        f"\ncompaction crash loop on {backend}: {kills} kills, {len(appender.acked)} turns, "
+        f"\ncompaction crash loop on {backend}: {made} kills, {len(appender.acked)} turns, "
         f"{compactor.compacted} compactions, {appender.retries} append retries (seed {seed})"
     )

@@ -16,7 +16,7 @@ import pytest
 from ctxd_sidecar.api.ctxd.v1 import memory_pb2 as pb
 from ctxd_sidecar.api.ctxd.v1 import memory_pb2_grpc
 from tests.conftest import FAST_RECONNECT
-from tests.support.crashloop import kill_while_working
+from tests.support.crashloop import crash_runs, kill_while_working
 from tests.support.memory_helpers import list_all
 
 KILLS = 12
@@ -106,20 +106,19 @@ def check(address: str, writer: Writer, seed: int) -> None:
         channel.close()
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("backend", ["lmdb", "s3-nolist"])
+@pytest.mark.parametrize(("backend", "kills"), crash_runs(["lmdb", "s3-nolist"], KILLS))
 def test_kill_9_during_memory_writes_loses_no_acknowledged_write(
-    spawn_sidecar, store_uri_for, backend
+    spawn_sidecar, store_uri_for, backend, kills
 ):
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
     sc = spawn_sidecar("--store", store_uri_for(backend), "--set", "memory.sweep_interval=0")
     writer = Writer(sc.address, seed)
     writer.start()
-    kills = 0
+    made = 0
     try:
-        kills = kill_while_working(
-            sc, lambda: writer.ops, writer.is_alive, rng, kills=KILLS, budget=BUDGET
+        made = kill_while_working(
+            sc, lambda: writer.ops, writer.is_alive, rng, kills=kills, budget=BUDGET
         )
         time.sleep(0.2)
     finally:
@@ -127,7 +126,7 @@ def test_kill_9_during_memory_writes_loses_no_acknowledged_write(
         writer.join(30)
     assert writer.error is None, f"seed {seed}: {writer.error}"
     assert writer.retries > 0, "no kill interrupted a call"
-    assert writer.ops > kills, f"seed {seed}: too few writes acknowledged ({writer.ops})"
+    assert writer.ops > made, f"seed {seed}: too few writes acknowledged ({writer.ops})"
     check(sc.address, writer, seed)
     # Once more after a clean restart: only the store is read.
     sc.kill()
@@ -138,6 +137,6 @@ def test_kill_9_during_memory_writes_loses_no_acknowledged_write(
     stub.Set(pb.SetRequest(key="after/x", value_json="1"), timeout=30)
     assert [r.key for r in list_all(stub, prefix="after/")] == ["after/x"]
     print(
-        f"\nmemory crash loop on {backend}: {kills} kills, {writer.ops} acknowledged ops, "
+        f"\nmemory crash loop on {backend}: {made} kills, {writer.ops} acknowledged ops, "
         f"{writer.retries} retries (seed {seed})"
     )

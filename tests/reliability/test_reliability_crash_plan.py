@@ -15,7 +15,7 @@ import pytest
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 from ctxd_sidecar.api.ctxd.v1 import context_pb2_grpc
 from tests.conftest import FAST_RECONNECT
-from tests.support.crashloop import kill_while_working
+from tests.support.crashloop import crash_runs, kill_while_working
 
 KILLS = 10
 BUDGET = 30.0
@@ -146,10 +146,9 @@ def check(stub, planner: Planner, base: int, seed: int) -> None:
     assert version - base >= planner.ops, f"seed {seed}: an acknowledged change is missing"
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("backend", ["lmdb", "s3"])
+@pytest.mark.parametrize(("backend", "kills"), crash_runs(["lmdb", "s3"], KILLS))
 def test_kill_9_during_plan_updates_loses_no_acknowledged_change(
-    spawn_sidecar, store_uri_for, backend
+    spawn_sidecar, store_uri_for, backend, kills
 ):
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
@@ -167,10 +166,10 @@ def test_kill_9_during_plan_updates_loses_no_acknowledged_change(
     base = created.version
     planner = Planner(sc.address, base, seed)
     planner.start()
-    kills = 0
+    made = 0
     try:
-        kills = kill_while_working(
-            sc, lambda: planner.ops, planner.is_alive, rng, kills=KILLS, budget=BUDGET
+        made = kill_while_working(
+            sc, lambda: planner.ops, planner.is_alive, rng, kills=kills, budget=BUDGET
         )
         time.sleep(0.2)
     finally:
@@ -178,12 +177,12 @@ def test_kill_9_during_plan_updates_loses_no_acknowledged_change(
         planner.join(30)
     assert planner.error is None, f"seed {seed}: {planner.error}"
     assert planner.retries > 0, "no kill interrupted a call"
-    assert planner.ops > kills, f"seed {seed}: too few changes acknowledged ({planner.ops})"
+    assert planner.ops > made, f"seed {seed}: too few changes acknowledged ({planner.ops})"
     check(sc.running().contexts, planner, base, seed)
     sc.kill()
     sc.start(timeout=60)
     check(sc.running().contexts, planner, base, seed)
     print(
-        f"\nplan crash loop on {backend}: {kills} kills, {planner.ops} acknowledged changes, "
+        f"\nplan crash loop on {backend}: {made} kills, {planner.ops} acknowledged changes, "
         f"{planner.retries} retries, {planner.recovered} recovered by reading back (seed {seed})"
     )

@@ -36,3 +36,15 @@ def kill_while_working(
         done += 1
         sc.start(timeout=60)
     return done
+
+
+def crash_runs(backends: list[str], kills: int, *, short_kills: int = 3) -> list:
+    """Parameters ``(backend, kills)`` for a kill loop: one short run on LMDB
+    in the default set, so every change meets a crash at least briefly, and
+    the full loop on every backend in the slow set."""
+    import pytest
+
+    return [
+        pytest.param("lmdb", short_kills, id="lmdb-short"),
+        *(pytest.param(b, kills, id=b, marks=pytest.mark.slow) for b in backends),
+    ]
