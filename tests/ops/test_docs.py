@@ -113,3 +113,18 @@ def test_the_readmes_first_turn_runs(start_sidecar, store_uri_for):
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["append", "1"]
+
+
+def test_test_files_the_docs_name_exist():
+    """A test module the docs point to is where they say: one moved without its
+    mention is caught (paths of other projects' tests, named in the integration
+    pages, have no namesake here and are left alone)."""
+    ours = {p.name for p in (ROOT / "tests").rglob("test_*.py")}
+    texts = [ROOT / "README.md", *ROOT.glob("docs/**/*.md"), *ROOT.glob("clients/*/README.md")]
+    stale = {
+        (str(path.relative_to(ROOT)), named)
+        for path in texts
+        for named in re.findall(r"tests/[\w/]+\.py", path.read_text())
+        if not (ROOT / named).exists() and Path(named).name in ours
+    }
+    assert not stale
