@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -89,14 +90,23 @@ def test_report_ratio_table_json(tmp_path):
 
 def test_quick_run_end_to_end(tmp_path):
     out = tmp_path / "results.json"
-    proc = subprocess.run(
+    # Its own process group: a run cut short takes the sidecars it started with it.
+    bench = subprocess.Popen(
         [sys.executable, "-m", "bench", "--quick", "--json", str(out), "--tmpdir", str(tmp_path)],
         cwd=REPO_ROOT,
         env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=120,
+        start_new_session=True,
     )
+    try:
+        stdout, stderr = bench.communicate(timeout=300)
+    finally:
+        if bench.poll() is None:
+            os.killpg(bench.pid, signal.SIGKILL)
+            bench.communicate()
+    proc = subprocess.CompletedProcess(bench.args, bench.returncode, stdout, stderr)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads(out.read_text())
     assert data["failures"] == []
