@@ -181,6 +181,19 @@ def test_native_payload_without_format_is_refused(start_sidecar):
         assert _field(bad) == "messages[0].native.format"
 
 
+def test_a_responses_item_counts_its_text_once_against_max_message_bytes(start_sidecar):
+    """The item's JSON is what the message carries; the text ctxd reads out of
+    it is the same bytes again and does not count twice."""
+    sc = start_sidecar("memory://", contexts__max_message_bytes=1000)
+    text = "x" * 600  # item JSON ~650 bytes: within 1000 once, over it if counted twice
+    with _client(sc) as c:
+        c.append_turn("once", [{"role": "user", "content": text}], format=RESPONSES)
+        assert _items(c, "once")[0]["content"] == text
+        with pytest.raises(InvalidArgument) as big:
+            c.append_turn("once", [{"role": "user", "content": "x" * 1100}], format=RESPONSES)
+        assert "max_message_bytes" in str(big.value)
+
+
 # -- tail reads -----------------------------------------------------------------------------
 def test_tail_read_returns_the_last_n(start_sidecar):
     sc = start_sidecar("memory://", contexts__auto_compact=False)

@@ -113,14 +113,18 @@ class Msg:
 
     @property
     def size_bytes(self) -> int:
-        """Bytes of text/JSON the message carries (the max_message_bytes measure)."""
+        """Bytes of text/JSON the message carries (the max_message_bytes measure).
+
+        A message with a native payload carries the provider's item; its text
+        and tool calls are read out of that item, so the larger of the two
+        counts, not their sum."""
         n = self.nbytes
         if n < 0:
             n = len(self.text.encode()) + len(self.content.encode())
             for c in self.tool_calls:
                 n += len(c.arguments_json.encode()) + len(c.name.encode()) + len(c.id.encode())
             if self.native is not None:
-                n += len(self.native.data) + len(self.native.format)
+                n = max(n, len(self.native.data) + len(self.native.format))
             self.nbytes = n
         return n
 
