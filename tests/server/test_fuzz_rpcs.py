@@ -29,6 +29,10 @@ from ctxd_sidecar.api.ctxd.v1 import memory_pb2 as mpb
 from ctxd_sidecar.config.loader import load_config
 from tests.conftest import InProcessSidecar
 
+# One worker runs the module in order: the tests share one fuzzed sidecar and
+# the last one judges the tally of every call made before it.
+pytestmark = pytest.mark.xdist_group("fuzz")
+
 SC = grpc.StatusCode
 #: Codes that say "the server failed", which hostile input must never cause.
 SERVER_FAULTS = {SC.INTERNAL, SC.UNKNOWN}
@@ -453,9 +457,15 @@ def test_json_fields_tokens_and_references_never_fault(fuzzed, data):
 
 
 def test_the_conversation_is_still_usable_and_nothing_faulted(fuzzed):
-    """Runs last: after the fuzz, reads in every format and a compaction work."""
+    """Runs last: after the fuzz, a turn, reads in every format and a compaction
+    work (the fuzz may have deleted a conversation: the turn starts it again)."""
     sc, _ = fuzzed
     ctx = sc.running().contexts
+    for cid in ("fz", "fz2"):
+        ctx.AppendTurn(
+            cpb.AppendTurnRequest(context_id=cid, messages=[_user("after"), _call("", "z")])
+        )
+        ctx.AppendTurn(cpb.AppendTurnRequest(context_id=cid, messages=[_result("z")]))
     for fmt in (cpb.MESSAGE_FORMAT_OPENAI, cpb.MESSAGE_FORMAT_ANTHROPIC, cpb.MESSAGE_FORMAT_CTXD):
         for cid in ("fz", "fz2"):
             ctx.GetContext(

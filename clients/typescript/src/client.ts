@@ -26,9 +26,9 @@ import {
   PAGE_RESTARTS,
   providerRequest,
   sleep,
+  sliceRead,
   turnRequest,
   versionOf,
-  withoutSummary,
 } from "./requests.js";
 import type {
   Call,
@@ -117,14 +117,7 @@ export class CtxdClient {
     messages: MessageInput[] | ProviderTurnInput,
     options: Since & { pageSize?: number; cacheBreakpoint?: boolean } & WithoutSummary & TurnOptions & Call,
   ): Promise<Turn | ProviderTurn> {
-    const read: Record<string, unknown> = {
-      contextId,
-      view: pb.ContextView.SLICE,
-      sinceVersion: big(options.sinceVersion),
-      sinceIncarnation: options.sinceIncarnation,
-      pageSize: options.pageSize,
-    };
-    withoutSummary(read, options);
+    const read = sliceRead(contextId, options);
     const provider = Array.isArray(messages) ? undefined : messages;
     let req: pb.AppendTurnRequest;
     if (provider) {
@@ -173,19 +166,12 @@ export class CtxdClient {
       Call = {},
   ): Promise<ProviderSlice> {
     const value = providerFormat(format, pb.GetContextResponseSchema, "messages_json");
-    const init: Record<string, unknown> = {
-      contextId,
-      view: pb.ContextView.SLICE,
-      pageSize: options.pageSize,
-      sinceVersion: big(options.sinceVersion),
-      sinceIncarnation: options.sinceIncarnation,
-      lastN: options.lastN,
-    };
+    const init = sliceRead(contextId, options);
+    init.lastN = options.lastN;
     const field = pb.GetContextRequestSchema.fields.find((f) => f.name === "format");
     if (field) init[field.localName] = value;
     const breakpoint = pb.GetContextRequestSchema.fields.find((f) => f.name === "cache_breakpoint");
     if (breakpoint && options.cacheBreakpoint) init[breakpoint.localName] = true;
-    withoutSummary(init, options);
     const pages = await this.pages(init as MessageInitShape<typeof pb.GetContextRequestSchema>, options);
     const out: ProviderSlice = { ...versionOf(pages[0]), ...providerPages(format, pages) };
     if (options.sinceVersion !== undefined) out.change = CHANGES[pages[0].change] ?? "replace";
@@ -228,14 +214,7 @@ export class CtxdClient {
     contextId: string,
     options: Partial<Since> & { pageSize?: number } & WithoutSummary & Call = {},
   ): Promise<Slice | SliceDelta> {
-    const init: Record<string, unknown> = {
-      contextId,
-      view: pb.ContextView.SLICE,
-      pageSize: options.pageSize,
-      sinceVersion: big(options.sinceVersion),
-      sinceIncarnation: options.sinceIncarnation,
-    };
-    withoutSummary(init, options);
+    const init = sliceRead(contextId, options);
     const pages = await this.pages(init as MessageInitShape<typeof pb.GetContextRequestSchema>, options);
     const out: Slice = { ...versionOf(pages[0]), messages: pages.flatMap((p) => p.slice) };
     if (options.sinceVersion === undefined) return sliceOut(out);

@@ -4,7 +4,7 @@ import { create, fromJson, type JsonObject } from "@bufbuild/protobuf";
 import { CtxdError } from "./errors.js";
 import * as pb from "./gen/ctxd/v1/context_pb.js";
 import { providerFormat, type ProviderTurnInput, setField } from "./shapes.js";
-import type { MessageInput, RetryOptions, SliceChange, TurnOptions, WithoutSummary } from "./types.js";
+import type { MessageInput, RetryOptions, Since, SliceChange, TurnOptions, WithoutSummary } from "./types.js";
 
 export function versionOf(page: pb.GetContextResponse): { version: bigint; incarnation: string } {
   return { version: page.info?.version ?? 0n, incarnation: page.info?.incarnation ?? "" };
@@ -29,6 +29,22 @@ export function big(v: number | bigint | undefined): bigint | undefined {
 }
 
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** A slice read's GetContextRequest fields: the version held (for a delta), the page size, the summary choice. */
+export function sliceRead(
+  contextId: string,
+  options: Partial<Since> & { pageSize?: number } & WithoutSummary,
+): Record<string, unknown> {
+  const init: Record<string, unknown> = {
+    contextId,
+    view: pb.ContextView.SLICE,
+    pageSize: options.pageSize,
+    sinceVersion: big(options.sinceVersion),
+    sinceIncarnation: options.sinceIncarnation,
+  };
+  withoutSummary(init, options);
+  return init;
+}
 
 export function withoutSummary(init: Record<string, unknown>, options: WithoutSummary): void {
   if (!options.withoutSummaryBlocks) return;
