@@ -57,10 +57,11 @@ def test_bad_options_stop_serve_with_one_line(query, message):
 
 
 def test_a_watcher_is_woken_by_the_change_feed_not_the_poll(spawn_sidecar, pg_uri):
-    """B polls once a minute; the turns A commits still reach B's watcher,
-    which only the change notification can do within the test's wait."""
+    """B polls once an hour; the turns A commits still reach B's watcher,
+    which only the change notification can do within the test's waits (the
+    watch's first wait included: it must not sleep a poll while the feed opens)."""
     a = spawn_sidecar("--store", pg_uri).running()
-    b = spawn_sidecar("--store", pg_uri, "--set", "contexts.watch_poll_interval=60").running()
+    b = spawn_sidecar("--store", pg_uri, "--set", "contexts.watch_poll_interval=3600").running()
     append(a.contexts, "conv", user("hello"))
     events: queue.Queue = queue.Queue()
     call = b.contexts.WatchContext(pb.WatchContextRequest(context_id="conv"))

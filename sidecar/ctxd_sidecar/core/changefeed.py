@@ -76,19 +76,32 @@ async def wait(storage: Storage, prefixes: Iterable[str], poll: float) -> None:
     if not offered(storage):
         await asyncio.sleep(poll)
         return
+    loop = asyncio.get_running_loop()
     opening = _feeds.get(storage)
     if opening is None:
         # Subscribing connects (a LISTEN): off the event loop, and never in
         # the watcher's way: until it is up, the watcher polls as before.
-        loop = asyncio.get_running_loop()
         opening = _feeds[storage] = loop.run_in_executor(None, ChangeFeed, storage, loop)
         opening.add_done_callback(lambda f: _opened(storage, f))
-    if not opening.done() or opening.cancelled() or opening.exception() is not None:
+    if not opening.done():
+        # Up within the poll: return at once, so the caller reads what was
+        # written while it opened and then waits on the feed, not a whole poll.
+        started = loop.time()
+        await asyncio.wait([opening], timeout=poll)
+        if _up(opening):
+            return
+        await asyncio.sleep(max(0.0, poll - (loop.time() - started)))
+        return
+    if not _up(opening):
         await asyncio.sleep(poll)
         return
     # The poll stays the safety net: a notification lost with a connection,
     # or sent before this waiter registered, delays a watcher by one poll.
     await opening.result().wait(prefixes, poll)
+
+
+def _up(opening: asyncio.Future) -> bool:
+    return opening.done() and not opening.cancelled() and opening.exception() is None
 
 
 def _opened(storage: Storage, opening: asyncio.Future) -> None:
