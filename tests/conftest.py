@@ -371,8 +371,31 @@ TIMING_SENSITIVE = {
 }
 
 
+#: Store variants of RPC-level tests that repeat, on moto's S3, what another
+#: variant of the same test and the store conformance suite already prove:
+#: they run in the slow set (``scripts/test.sh slow``) so the default set stays
+#: quick. Each entry is a test node id below ``tests/``.
+SLOW_VARIANTS = {
+    # S3 paging is the conformance suite's test_list_spans_more_than_one_page_of_results;
+    # the key index over many keys is tests/memory/test_keyindex_pages.py.
+    "memory/test_memory.py::test_pagination_over_more_than_a_thousand_keys[s3-nolist]",
+    # Checkpoints and replay on S3 stay in the default set with listing on.
+    "contexts/test_contexts_durability.py::test_many_turns_checkpoint_and_replay[s3-nolist]",
+    # The two chains kept by default go LMDB -> S3 -> PostgreSQL -> LMDB and
+    # LMDB -> S3 without LIST -> memory -> LMDB; these two add the other directions.
+    "ops/test_migrate.py::test_migrate_lmdb_to_s3_and_back[lmdb-s3-lmdb]",
+    "ops/test_migrate.py::test_migrate_lmdb_to_s3_and_back[lmdb-postgres-s3-lmdb]",
+    # --overwrite on S3 stays in the default set without LIST.
+    "ops/test_migrate.py::test_overwrite_replaces_a_context_that_took_more_turns_whole[s3]",
+}
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config, items) -> None:
+    tests_dir = Path(__file__).parent
     for item in items:
+        node = Path(str(item.fspath)).relative_to(tests_dir).as_posix() + "::" + item.name
+        if node in SLOW_VARIANTS:
+            item.add_marker(pytest.mark.slow)
         if item.module is not None and item.module.__name__.rpartition(".")[2] in TIMING_SENSITIVE:
             item.add_marker(pytest.mark.xdist_group("timing"))
