@@ -392,10 +392,8 @@ SLOW_VARIANTS = {
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config, items) -> None:
-    tests_dir = Path(__file__).parent
     for item in items:
-        node = Path(str(item.fspath)).relative_to(tests_dir).as_posix() + "::" + item.name
-        if node in SLOW_VARIANTS:
+        if item.nodeid.removeprefix("tests/") in SLOW_VARIANTS:
             item.add_marker(pytest.mark.slow)
         if item.module is not None and item.module.__name__.rpartition(".")[2] in TIMING_SENSITIVE:
             item.add_marker(pytest.mark.xdist_group("timing"))

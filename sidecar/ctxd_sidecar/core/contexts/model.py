@@ -113,20 +113,26 @@ class Msg:
 
     @property
     def size_bytes(self) -> int:
-        """Bytes of text/JSON the message carries (the max_message_bytes measure).
-
-        A message with a native payload carries the provider's item; its text
-        and tool calls are read out of that item, so the larger of the two
-        counts, not their sum."""
+        """Bytes of text/JSON the message stores (checkpoint and JSON size accounting)."""
         n = self.nbytes
         if n < 0:
             n = len(self.text.encode()) + len(self.content.encode())
             for c in self.tool_calls:
                 n += len(c.arguments_json.encode()) + len(c.name.encode()) + len(c.id.encode())
             if self.native is not None:
-                n = max(n, len(self.native.data) + len(self.native.format))
+                n += len(self.native.data) + len(self.native.format)
             self.nbytes = n
         return n
+
+    @property
+    def carried_bytes(self) -> int:
+        """Bytes the sender gave (the max_message_bytes measure): a message
+        with a native payload carries the provider's item, and its text and
+        tool calls are read out of that item, so the larger of the two counts."""
+        if self.native is None:
+            return self.size_bytes
+        native = len(self.native.data) + len(self.native.format)
+        return max(native, self.size_bytes - native)
 
     @property
     def memory_bytes(self) -> int:

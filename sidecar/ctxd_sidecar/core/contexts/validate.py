@@ -95,12 +95,11 @@ def turn(
                 f"{where}.native.format",
                 f"must name the payload's shape in 1-{MAX_NATIVE_FORMAT} characters",
             )
+        carried = m.carried_bytes
+        if carried > max_message_bytes:
+            limit = f"contexts.max_message_bytes is {max_message_bytes}"
+            raise InvalidArgument(where, f"is {carried} bytes of text/JSON; {limit}")
         size = m.size_bytes
-        if size > max_message_bytes:
-            raise InvalidArgument(
-                where,
-                f"is {size} bytes of text/JSON; contexts.max_message_bytes is {max_message_bytes}",
-            )
         if size * JSON_ESCAPE_MAX > MAX_MESSAGE_JSON_BYTES:
             escaped = json_bytes(m)
             if escaped > MAX_MESSAGE_JSON_BYTES:
