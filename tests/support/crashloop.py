@@ -7,6 +7,8 @@ import random
 import time
 from collections.abc import Callable, Hashable
 
+import pytest
+
 
 def kill_while_working(
     sc,
@@ -42,8 +44,6 @@ def crash_runs(backends: list[str], kills: int, *, short_kills: int = 3) -> list
     """Parameters ``(backend, kills)`` for a kill loop: one short run on LMDB
     in the default set, so every change meets a crash at least briefly, and
     the full loop on every backend in the slow set."""
-    import pytest
-
     return [
         pytest.param("lmdb", short_kills, id="lmdb-short"),
         *(pytest.param(b, kills, id=b, marks=pytest.mark.slow) for b in backends),

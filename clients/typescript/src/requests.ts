@@ -19,7 +19,7 @@ export const CHANGES: Record<number, SliceChange> = {
 export const DEFAULT_RETRY: RetryOptions = { attempts: 8, initialBackoffMs: 100, maxBackoffMs: 4000 };
 export const PAGE_RESTARTS = 3;
 
-export function toMessage(m: MessageInput): pb.Message {
+function toMessage(m: MessageInput): pb.Message {
   if ("$typeName" in m) return m;
   return fromJson(pb.MessageSchema, m as unknown as JsonObject);
 }
@@ -46,7 +46,8 @@ export function sliceRead(
   return init;
 }
 
-export function withoutSummary(init: Record<string, unknown>, options: WithoutSummary): void {
+// Sets GetContextRequest.without_summary_blocks, refusing when this API has no such field.
+function withoutSummary(init: Record<string, unknown>, options: WithoutSummary): void {
   if (!options.withoutSummaryBlocks) return;
   const field = pb.GetContextRequestSchema.fields.find((f) => f.name === "without_summary_blocks");
   if (!field) throw new CtxdError("this sidecar's API cannot leave the summary blocks out");
