@@ -106,8 +106,7 @@ def test_quick_run_end_to_end(tmp_path):
         if bench.poll() is None:
             os.killpg(bench.pid, signal.SIGKILL)
             bench.communicate()
-    proc = subprocess.CompletedProcess(bench.args, bench.returncode, stdout, stderr)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert bench.returncode == 0, stdout + stderr
     data = json.loads(out.read_text())
     assert data["failures"] == []
     names = {r["name"] for r in data["results"]}
