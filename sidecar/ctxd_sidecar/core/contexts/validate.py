@@ -15,6 +15,7 @@ from ctxd_sidecar.core.contexts.model import ASSISTANT, KINDS, ROOT_ID, TOOL, Ms
 from ctxd_sidecar.core.contexts.views import PAGE_BYTES
 from ctxd_sidecar.core.errors import InvalidArgument
 from ctxd_sidecar.core.jsonvalue import parse_json
+from ctxd_sidecar.core.providers.responses import NATIVE_FORMAT, check_native
 
 #: Context ids: "root" or an A2A contextId of 1-128 characters from
 #: ``[A-Za-z0-9._:-]``, starting with a letter or digit (so ids never collide
@@ -73,7 +74,8 @@ def turn(
     max_messages: int,
     max_message_bytes: int,
 ) -> None:
-    """Checks that need no context state: shape, kinds, sizes, JSON."""
+    """Checks that need no context state: shape, kinds, sizes, JSON, and
+    Responses items sent as native payloads."""
     if not messages:
         raise InvalidArgument("messages", "a turn needs at least one message")
     if len(messages) > max_messages:
@@ -135,6 +137,10 @@ def turn(
                 json_text(m.content, f"{where}.tool.json")
         elif m.principal:
             bounded(m.principal, f"{where}.user.principal", MAX_PRINCIPAL)
+        if m.native is not None and m.native.format == NATIVE_FORMAT:
+            # Read back in the message's place: it must be the same message.
+            # Other formats are the writer's own and stay opaque bytes.
+            check_native(m, f"{where}.native.data")
 
 
 def tool_results_answer_calls(

@@ -116,7 +116,10 @@ def relabel(exc: InvalidArgument, origins: Sequence[str]) -> InvalidArgument:
         except ValueError:
             return exc
         if 0 <= k < len(origins):
-            return InvalidArgument(origins[k], exc.description)
+            rest = f[f.index("]") + 1 :]
+            # A native payload is the same field in the shape that carries one (ctxd's).
+            keep = rest if rest.startswith(".native.") else ""
+            return InvalidArgument(origins[k] + keep, exc.description)
     return exc
 
 

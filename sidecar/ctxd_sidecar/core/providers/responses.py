@@ -33,6 +33,14 @@ converted: system → ``{"role": "system"}``, user and notes (prefixed
 "assistant"}`` then one ``function_call`` per tool call, results →
 ``function_call_output``. The summary and plan blocks lead the first page
 as ``system`` messages.
+
+Native payloads of format :data:`NATIVE_FORMAT` sent in ctxd's own shape
+(``Message.native``) are checked by :func:`check_native` before anything is
+stored: a Responses read returns them in their message's place, so each
+must be one item standing for that message (the table above, read
+backwards). A stored item that fails the check (written before it
+existed) is read as ctxd's conversion of its message instead, so one bad
+item never breaks a whole read.
 """
 
 from __future__ import annotations
@@ -51,7 +59,16 @@ from ctxd_sidecar.core.contexts.model import (
 )
 from ctxd_sidecar.core.errors import InvalidArgument
 from ctxd_sidecar.core.jsonvalue import MAX_DEPTH
-from ctxd_sidecar.core.providers.common import NOTE_PREFIX, Num, Turn, array, dumps, obj, text_of
+from ctxd_sidecar.core.providers.common import (
+    NOTE_PREFIX,
+    Num,
+    Turn,
+    array,
+    dumps,
+    loads,
+    obj,
+    text_of,
+)
 
 #: Native.format of a stored Responses input item.
 NATIVE_FORMAT = "openai.responses.item"
@@ -170,15 +187,101 @@ def _out(m: Msg) -> list[dict[str, Any]]:
     raise ValueError(f"unknown message kind {m.kind!r}")
 
 
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _stands_for(d: dict[str, Any], field: str) -> tuple[str, str]:
+    """(the message kind the item ``d`` stands for, its type: "message" for
+    a message item)."""
+    kind = d.get("type")
+    if kind is not None and not isinstance(kind, str) or isinstance(kind, Num):
+        raise InvalidArgument(field, '"type" must be a string')
+    if kind in (None, "message"):
+        role = d.get("role")
+        if isinstance(role, Num) or role not in _ROLES:
+            raise InvalidArgument(
+                field,
+                f"is a message item with role {_short(role)}; expected one of {', '.join(_ROLES)}",
+            )
+        return _ROLES[role], "message"
+    if kind == "function_call":
+        return ASSISTANT, kind
+    if kind == "function_call_output":
+        return TOOL, kind
+    return NOTE, kind
+
+
+def _same(d: dict[str, Any], key: str, want: str, field: str, what: str) -> None:
+    value = d.get(key)
+    if key == "arguments" and value is None:
+        value = ""  # as the projection reads a function_call without arguments
+    if not isinstance(value, str) or isinstance(value, Num) or value != want:
+        raise InvalidArgument(
+            field, f'has "{key}" {_short(value)}, but the message\'s {what} is {_short(want)}'
+        )
+
+
+def check_native(m: Msg, field: str, *, max_depth: int = MAX_DEPTH) -> str:
+    """``m.native`` (format :data:`NATIVE_FORMAT`) checked against ``m``, as
+    text: UTF-8 JSON of one item that stands for ``m``'s kind (and, for a
+    call or its output, the same call), since a Responses read returns it in
+    ``m``'s place. Raises :class:`InvalidArgument` naming ``field``."""
+    try:
+        text = m.native.data.decode()
+    except UnicodeDecodeError as exc:
+        raise InvalidArgument(
+            field,
+            f"is not UTF-8 (byte {exc.start}); an {NATIVE_FORMAT} payload is the JSON text "
+            "of one Responses input item",
+        ) from None
+    d = loads(text, field=field, max_depth=max_depth)
+    if not isinstance(d, dict):
+        raise InvalidArgument(field, "must be one JSON object (a Responses input item)")
+    kind, item = _stands_for(d, field)
+    if kind != m.kind:
+        what = f"a {d.get('role')} message" if item == "message" else f"a {item[:60]}"
+        raise InvalidArgument(
+            field,
+            f"is {what} item, which stands for a {kind} message, but the message is {m.kind} "
+            "(a Responses read returns the item in the message's place)",
+        )
+    if item == "function_call":
+        if len(m.tool_calls) != 1:
+            raise InvalidArgument(
+                field,
+                "is a function_call item, which stands for one tool call; the message has "
+                f"{len(m.tool_calls)}",
+            )
+        call = m.tool_calls[0]
+        _same(d, "call_id", call.id, field, "tool call id")
+        _same(d, "name", call.name, field, "tool call name")
+        _same(d, "arguments", call.arguments_json, field, "tool call arguments_json")
+    elif kind == ASSISTANT and m.tool_calls:
+        raise InvalidArgument(
+            field,
+            "is an assistant message item, which carries no tool calls; send each call as a "
+            "message of its own with a function_call item",
+        )
+    elif kind == TOOL:
+        _same(d, "call_id", m.call_id, field, "tool.call_id")
+    return text
+
+
 def item_texts(msgs: list[Msg], blocks: list[str] = ()) -> list[str]:
-    """Each output item as JSON text: stored items as stored, others converted."""
+    """Each output item as JSON text: stored items as stored, others converted
+    (and a stored item :func:`check_native` refuses, from before the check)."""
     out = [dumps({"role": "system", "content": b}) for b in blocks]
     for m in msgs:
         native = m.native
         if native is not None and native.format == NATIVE_FORMAT:
-            out.append(native.data.decode())
-        else:
-            out += [dumps(x) for x in _out(m)]
+            try:
+                out.append(check_native(m, "native.data"))
+                continue
+            except InvalidArgument:
+                pass
+        out += [dumps(x) for x in _out(m)]
     return out
 
 
