@@ -33,17 +33,25 @@ class ContextEdits:
         fmt = FORMAT_FROM_PB.get(request.format)
         if fmt is None:
             raise InvalidArgument("format", f"unknown message format {request.format}")
+
+        def render(removed) -> pb.TruncateContextResponse:
+            # Converted before the commit: a failure here removes nothing.
+            out = pb.TruncateContextResponse()
+            for m in removed:
+                fill_msg_pb(out.removed.add(), m)
+            if fmt:
+                out.removed_json = messages_json(fmt, removed)
+            return out
+
         done = await self.edits.truncate(
             request.context_id,
             count=request.count,
             after_message_id=request.after_message_id,
             expected_version=expected_version(request),
+            render=render,
         )
-        resp = pb.TruncateContextResponse(version=done.version, incarnation=done.incarnation)
-        for m in done.removed:
-            fill_msg_pb(resp.removed.add(), m)
-        if fmt:
-            resp.removed_json = messages_json(fmt, done.removed)
+        resp = done.rendered if done.rendered is not None else pb.TruncateContextResponse()
+        resp.version, resp.incarnation = done.version, done.incarnation
         return resp
 
     async def CreateContext(

@@ -6,7 +6,9 @@ Truncation is one ``truncate`` log record (:mod:`.ops`) committed through
 :meth:`ContextService.change`, so it is serialised with turns, compactions
 and other replicas like every change, and ``expected_version`` makes it
 conditional. Only live messages can go (folded ones are in the summary);
-their ids are never reused.
+their ids are never reused. What the caller answers with (the removed
+messages converted) is made before the commit: an answer that cannot be
+made fails the call with nothing removed, never after the removal.
 
 Creating an empty conversation (a session listed before its first item)
 is a turn without messages, committed by :class:`~.turns.Turns` with
@@ -16,7 +18,9 @@ is a turn without messages, committed by :class:`~.turns.Turns` with
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ctxd_sidecar.core.contexts import validate
 from ctxd_sidecar.core.contexts.model import ContextInfo, ContextState, Msg
@@ -34,6 +38,8 @@ class Truncated:
     version: int
     removed: list[Msg]
     incarnation: str
+    #: ``render(removed)``, made before the commit (None when nothing was removed).
+    rendered: Any = None
 
 
 class TranscriptEdits:
@@ -50,9 +56,12 @@ class TranscriptEdits:
         count: int = 0,
         after_message_id: str = "",
         expected_version: int | None = None,
+        render: Callable[[list[Msg]], Any] | None = None,
     ) -> Truncated:
         """Remove the last ``count`` live messages, or every live message
-        after ``after_message_id``; return them, oldest first."""
+        after ``after_message_id``; return them, oldest first, with
+        ``render(them)`` (run before the commit: if it raises, nothing is
+        removed)."""
         if count and after_message_id:
             raise InvalidArgument("after_message_id", "set either count or after_message_id")
         if not count and not after_message_id:
@@ -66,9 +75,11 @@ class TranscriptEdits:
                 raise InvalidArgument("after_message_id", "must be a message id such as m12")
             after_seq = int(found.group(1))
         removed: list[Msg] = []
+        rendered: list[Any] = [None]
 
         def build(st: ContextState) -> dict | None:
             removed.clear()
+            rendered[0] = None
             msgs = st.messages
             if count:
                 keep = max(0, len(msgs) - count)
@@ -82,12 +93,16 @@ class TranscriptEdits:
             if keep >= len(msgs):
                 return None
             removed.extend(msgs[keep:])
+            if render is not None:
+                rendered[0] = render(list(removed))
             return {"op": "truncate", "from": msgs[keep].seq}
 
         st, rec = await self.contexts.change(
             context_id, build, expected_version=expected_version, event="truncate"
         )
-        return Truncated(st.version, list(removed) if rec is not None else [], st.gen)
+        if rec is None:
+            return Truncated(st.version, [], st.gen)
+        return Truncated(st.version, list(removed), st.gen, rendered[0])
 
     async def create(
         self,
