@@ -17,6 +17,7 @@ import pytest
 
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 from ctxd_sidecar.core.contexts.model import ASSISTANT, TOOL, USER, Msg, Native, ToolCall
+from ctxd_sidecar.core.contexts.truncation import TranscriptEdits
 
 R = pb.MESSAGE_FORMAT_OPENAI_RESPONSES
 ITEM = "openai.responses.item"
@@ -250,3 +251,17 @@ def test_truncating_a_stored_bad_item_answers_what_it_removed(sc):
     assert out.removed[0].native.data == b"\xff\xfe"
     assert out.version == before + 1 == full(sc, "legacy-pop").version
     assert items(sc, "legacy-pop") == [GOOD, CONVERTED[0]]
+
+
+def test_a_truncation_whose_answer_cannot_be_made_removes_nothing(sc):
+    append(sc, "no-answer", user("a"), user("b"))
+    handle = sc.extra["handle"]
+    domain = handle.sidecar.domain
+    edits = TranscriptEdits(domain.contexts, domain.turns)
+
+    def render(removed):
+        raise ValueError(f"cannot convert {len(removed)}")
+
+    with pytest.raises(ValueError, match="cannot convert 1"):
+        handle.call(edits.truncate("no-answer", count=1, render=render))
+    assert [m.user.text for m in full(sc, "no-answer").messages] == ["a", "b"]
