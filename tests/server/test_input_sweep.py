@@ -303,9 +303,30 @@ def context_cases() -> dict[str, list[tuple[str, object, set]]]:
         )
         return M(tool=t)
 
+    def item(m, data: bytes, fmt: str = "openai.responses.item"):
+        m.native.format, m.native.data = fmt, data
+        return m
+
     cases: dict[str, list] = {
         k: [] for k in ("AppendTurn", "GetContext", "ListContexts", "DeleteContext", "RecordUsage")
     }
+    # A Responses item as a native payload must be one item standing for its message.
+    fco = b'{"type":"function_call_output","call_id":"nope","output":"x"}'
+    for label, m in [
+        ("not-utf8", item(u(), b'{"role":"user","content":"\xff"}')),
+        ("not-json", item(u(), b"{")),
+        ("empty", item(u(), b"")),
+        ("array", item(u(), b"[]")),
+        ("deep", item(u(), b"[" * 100_000)),
+        ("no-role", item(u(), b'{"content":"x"}')),
+        ("system-for-user", item(u(), b'{"role":"system","content":"x"}')),
+        ("call-for-user", item(u(), b'{"type":"function_call","call_id":"c","name":"f"}')),
+        ("orphan-output-on-note", item(M(note=cpb.NoteMessage(text="x")), fco)),
+        ("orphan-output-on-result", item(res("{}", cid="nope"), fco)),
+        ("other-call-id", item(call(), b'{"type":"function_call","call_id":"c2","name":"f"}')),
+        ("empty-format", item(u(), b"{}", fmt="")),
+    ]:
+        cases["AppendTurn"].append((f"native-{label}", A(context_id="sweep", messages=[m]), {IA}))
     for i, cid in enumerate(BAD_CONTEXT_IDS):
         cases["AppendTurn"].append((f"bad-id-{i}", A(context_id=cid, messages=[u()]), {IA}))
         cases["GetContext"].append((f"bad-id-{i}", G(context_id=cid), {IA}))
