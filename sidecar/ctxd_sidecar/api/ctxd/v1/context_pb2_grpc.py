@@ -306,7 +306,9 @@ class ContextServiceServicer:
         a rewind before a retry). Atomic: with expected_version it only happens
         at that version (ABORTED otherwise). Messages already folded into the
         summary are not reachable; message ids are never reused. Incremental
-        reads from before it answer REPLACE.
+        reads from before it answer REPLACE. The removed messages are converted
+        for the answer before the change commits: a call that fails removed
+        nothing.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

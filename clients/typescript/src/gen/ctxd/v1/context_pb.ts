@@ -188,18 +188,34 @@ export const NoteMessageSchema: GenMessage<NoteMessage> = /*@__PURE__*/
  * NativePayload is a writer's own form of one message (a framework's item,
  * e.g. an OpenAI Responses input item with its reasoning and ids), kept
  * byte for byte beside ctxd's projection of it: through compaction (the
- * folded message keeps it), ExpandCompaction, the archive and export. ctxd
- * never reads it: compaction, token estimates and the OPENAI and ANTHROPIC
- * formats use the message's kind and text. The format
- * MESSAGE_FORMAT_OPENAI_RESPONSES writes and reads it (format
- * "openai.responses.item").
+ * folded message keeps it), ExpandCompaction, the archive and export.
+ * Compaction, token estimates and the OPENAI and ANTHROPIC formats use the
+ * message's kind and text, never the payload.
+ *
+ * One format is ctxd's own: "openai.responses.item", which
+ * MESSAGE_FORMAT_OPENAI_RESPONSES writes and returns in the message's place.
+ * Sent on a Message, its data must be the UTF-8 JSON text of one Responses
+ * input item that stands for the message: a message item of role user for
+ * a user message, system or developer for a system message, assistant for
+ * an assistant message without tool calls; a function_call for an
+ * assistant message with exactly that one tool call (call_id, name and
+ * arguments equal to the call's id, name and arguments_json); a
+ * function_call_output for the tool result of the same call_id (which,
+ * like every tool result, must answer a call); any other item type
+ * (reasoning, compaction, hosted-tool items...) for a note. Otherwise the
+ * turn is refused with INVALID_ARGUMENT naming messages[i].native.data and
+ * nothing is stored. An item stored before this rule that breaks it is
+ * read in that format as ctxd's conversion of its message. Every other
+ * format is a name the writer picks, and its data stays opaque bytes,
+ * never read or checked.
  *
  * @generated from message ctxd.v1.NativePayload
  */
 export type NativePayload = Message$1<"ctxd.v1.NativePayload"> & {
   /**
    * What shape data has; a name the writer picks (1-128 characters), e.g.
-   * "openai.responses.item". Required when the payload is set.
+   * "openai.responses.item" (checked as above). Required when the payload
+   * is set.
    *
    * @generated from field: string format = 1;
    */
@@ -3231,7 +3247,9 @@ export const ContextService: GenService<{
    * a rewind before a retry). Atomic: with expected_version it only happens
    * at that version (ABORTED otherwise). Messages already folded into the
    * summary are not reachable; message ids are never reused. Incremental
-   * reads from before it answer REPLACE.
+   * reads from before it answer REPLACE. The removed messages are converted
+   * for the answer before the change commits: a call that fails removed
+   * nothing.
    *
    * @generated from rpc ctxd.v1.ContextService.TruncateContext
    */
