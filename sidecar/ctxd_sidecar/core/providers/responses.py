@@ -66,6 +66,7 @@ from ctxd_sidecar.core.providers.common import (
     array,
     dumps,
     loads,
+    loads_stored,
     obj,
     text_of,
 )
@@ -223,11 +224,12 @@ def _same(d: dict[str, Any], key: str, want: str, field: str, what: str) -> None
         )
 
 
-def check_native(m: Msg, field: str, *, max_depth: int = MAX_DEPTH) -> str:
+def check_native(m: Msg, field: str, *, stored: bool = False) -> str:
     """``m.native`` (format :data:`NATIVE_FORMAT`) checked against ``m``, as
     text: UTF-8 JSON of one item that stands for ``m``'s kind (and, for a
     call or its output, the same call), since a Responses read returns it in
-    ``m``'s place. Raises :class:`InvalidArgument` naming ``field``."""
+    ``m``'s place. Raises :class:`InvalidArgument` naming ``field``.
+    ``stored``: read back, so parsed once, without the JSON rule's checks."""
     try:
         text = m.native.data.decode()
     except UnicodeDecodeError as exc:
@@ -236,7 +238,13 @@ def check_native(m: Msg, field: str, *, max_depth: int = MAX_DEPTH) -> str:
             f"is not UTF-8 (byte {exc.start}); an {NATIVE_FORMAT} payload is the JSON text "
             "of one Responses input item",
         ) from None
-    d = loads(text, field=field, max_depth=max_depth)
+    if not stored:
+        d = loads(text, field=field, max_depth=MAX_DEPTH)
+    else:
+        try:
+            d = loads_stored(text)
+        except ValueError:
+            raise InvalidArgument(field, "is not JSON") from None
     if not isinstance(d, dict):
         raise InvalidArgument(field, "must be one JSON object (a Responses input item)")
     kind, item = _stands_for(d, field)
@@ -277,7 +285,7 @@ def item_texts(msgs: list[Msg], blocks: list[str] = ()) -> list[str]:
         native = m.native
         if native is not None and native.format == NATIVE_FORMAT:
             try:
-                out.append(check_native(m, "native.data"))
+                out.append(check_native(m, "native.data", stored=True))
                 continue
             except InvalidArgument:
                 pass
