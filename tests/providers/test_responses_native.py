@@ -81,6 +81,7 @@ BAD_DATA = {
     "type-number": b'{"type":1,"role":"user"}',
     "no-role": b'{"type":"message","content":"x"}',
     "unknown-role": b'{"role":"tool","content":"x"}',
+    "role-object": b'{"role":{},"content":"x"}',
 }
 
 
@@ -172,6 +173,17 @@ def test_other_native_formats_stay_opaque_bytes(sc):
     got = full(sc, "opaque").messages[0].native
     assert (got.format, got.data) == ("my.framework.event", data)
     assert items(sc, "opaque") == [{"role": "user", "content": "x"}]
+
+
+@pytest.mark.parametrize("role", [[], {}, 1, None])
+def test_a_responses_item_whose_role_is_not_a_string_is_refused(sc, role):
+    req = pb.AppendTurnRequest(
+        context_id="role", format=R, messages_json=json.dumps([{"role": role, "content": "x"}])
+    )
+    with pytest.raises(grpc.RpcError) as err:
+        sc.contexts.AppendTurn(req)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.value.details().startswith("messages_json[0].role: is "), err.value.details()
 
 
 def test_ctxd_json_turns_name_the_element(sc):

@@ -136,9 +136,9 @@ def from_responses(items: Any, *, field: str = "messages_json", max_depth: int =
             raise InvalidArgument(f"{f}.type", "must be a string")
         if kind in (None, "message"):
             role = d.get("role")
-            if role not in _ROLES:
+            if not _is_role(role):
                 raise InvalidArgument(
-                    f"{f}.role", f"is {role!r}; expected one of {', '.join(_ROLES)}"
+                    f"{f}.role", f"is {_short(role)}; expected one of {', '.join(_ROLES)}"
                 )
             text = _content_text(d.get("content"), f"{f}.content")
             turn.add(Msg(_ROLES[role], text=text, native=native), f)
@@ -188,8 +188,12 @@ def _out(m: Msg) -> list[dict[str, Any]]:
     raise ValueError(f"unknown message kind {m.kind!r}")
 
 
+def _is_role(value: Any) -> bool:
+    return isinstance(value, str) and not isinstance(value, Num) and value in _ROLES
+
+
 def _short(value: Any) -> str:
-    text = repr(value)
+    text = str(value) if isinstance(value, Num) else repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
@@ -201,7 +205,7 @@ def _stands_for(d: dict[str, Any], field: str) -> tuple[str, str]:
         raise InvalidArgument(field, '"type" must be a string')
     if kind in (None, "message"):
         role = d.get("role")
-        if isinstance(role, Num) or role not in _ROLES:
+        if not _is_role(role):
             raise InvalidArgument(
                 field,
                 f"is a message item with role {_short(role)}; expected one of {', '.join(_ROLES)}",
