@@ -55,7 +55,9 @@ class ToolCall:
 @dataclass(frozen=True, slots=True)
 class Native:
     """A writer's own form of a message (e.g. an OpenAI Responses item), kept
-    byte for byte beside ctxd's projection of it and never read by ctxd."""
+    byte for byte beside ctxd's projection of it. ctxd reads only its own
+    format, a Responses item (checked to stand for its message:
+    :func:`ctxd_sidecar.core.providers.responses.check_native`)."""
 
     #: A name the writer picks for the shape of ``data``.
     format: str

@@ -115,7 +115,8 @@ class Turn:
 
 def relabel(exc: InvalidArgument, origins: Sequence[str]) -> InvalidArgument:
     """A domain refusal naming ``messages[k]...`` renamed to the element the
-    caller sent (``messages_json[i]...``); others unchanged."""
+    caller sent (``messages_json[i]...``, with ``.native...`` kept); others
+    unchanged."""
     f = exc.field
     if f == "messages":  # the whole turn (none, or too many)
         return InvalidArgument("messages_json", exc.description)
