@@ -277,3 +277,17 @@ def test_a_truncation_whose_answer_cannot_be_made_removes_nothing(sc):
     with pytest.raises(ValueError, match="cannot convert 1"):
         handle.call(edits.truncate("no-answer", count=1, render=render))
     assert [m.user.text for m in full(sc, "no-answer").messages] == ["a", "b"]
+
+
+def test_a_turn_with_a_read_answers_past_a_stored_bad_item(sc):
+    append(sc, "legacy-turn", user("kept", native(GOOD)))
+    seed_legacy(sc, "legacy-turn", LEGACY[1:2])
+    read = pb.GetContextRequest(view=pb.CONTEXT_VIEW_SLICE, format=R)
+    reply = sc.contexts.AppendTurn(
+        pb.AppendTurnRequest(context_id="legacy-turn", messages=[user("next")], read=read)
+    )
+    assert json.loads(reply.read.messages_json) == [
+        GOOD,
+        CONVERTED[1],
+        {"role": "user", "content": "next"},
+    ]
