@@ -27,8 +27,9 @@ pages and deltas are cut from the *rendered* list:
   tool round), so stand-ins and pairing are decided over the whole tail;
   the token carries where the tail starts.
 
-Renders are cached per context and version, so the caller's previous read
-(the view it holds) is usually not rendered again.
+Whole views are rendered once per context and version and cached, so the
+caller's previous read (the view it holds) is usually not rendered again;
+a tail is rendered for each page read (it costs its own length).
 """
 
 from __future__ import annotations
@@ -129,6 +130,8 @@ def render(
     out = Rendered(
         *render_parts(fmt, st, msgs, ids=_ids(st, fmt), blocks=blocks, cache_breakpoint=mark)
     )
+    if start:
+        return out  # a tail costs its own length; keep the whole views cached
     cache.renders[key] = out
     while len(cache.renders) > _KEPT:
         cache.renders.pop(next(iter(cache.renders)))
