@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 from ctxd_sidecar.core.compaction import Cut, plan_cut
 from ctxd_sidecar.core.compaction.view import RESPONSES_ITEM, binds_next
@@ -92,13 +90,15 @@ def test_no_cut_separates_a_reasoning_item_from_its_function_calls():
 
 
 def _append(ctx, cid: str, items: list[dict], **kw) -> pb.AppendTurnResponse:
-    return ctx.AppendTurn(
-        pb.AppendTurnRequest(context_id=cid, format=RESPONSES, messages_json=json.dumps(items), **kw)
-    )
+    req = pb.AppendTurnRequest(context_id=cid, format=RESPONSES, messages_json=json.dumps(items))
+    for k, v in kw.items():
+        setattr(req, k, v)
+    return ctx.AppendTurn(req)
 
 
 def _read(ctx, cid: str) -> list[dict]:
-    r = ctx.GetContext(pb.GetContextRequest(context_id=cid, view=pb.CONTEXT_VIEW_SLICE, format=RESPONSES))
+    req = pb.GetContextRequest(context_id=cid, view=pb.CONTEXT_VIEW_SLICE, format=RESPONSES)
+    r = ctx.GetContext(req)
     return [i for i in json.loads(r.messages_json) if i.get("role") != "system"]
 
 

@@ -38,7 +38,8 @@ def ctx():
 
 
 def append(ctx, cid: str, items: list[dict], fmt=OPENAI) -> None:
-    ctx.AppendTurn(pb.AppendTurnRequest(context_id=cid, format=fmt, messages_json=json.dumps(items)))
+    req = pb.AppendTurnRequest(context_id=cid, format=fmt, messages_json=json.dumps(items))
+    ctx.AppendTurn(req)
 
 
 def read(ctx, cid: str, fmt, last_n: int, page_size: int = 0, bare: bool = False, again=True):
@@ -95,7 +96,8 @@ def conversation(rng: random.Random) -> list[list[dict]]:
         elif r < 0.6:
             ids = [f"c{k + i}" for i in range(rng.randint(1, 3))]
             k += len(ids)
-            turns.append([{"role": "assistant", "content": None, "tool_calls": [_call(c) for c in ids]}])
+            calls = [_call(c) for c in ids]
+            turns.append([{"role": "assistant", "content": None, "tool_calls": calls}])
             open_ += ids
         elif open_:
             chosen = rng.sample(open_, rng.randint(1, len(open_)))
@@ -159,7 +161,8 @@ def test_an_anthropic_tail_without_summary_blocks_opens_with_a_user_message(ctx)
     _tool_round(ctx, "t-user")
     for bare in (False, True):
         messages, _ = read(ctx, "t-user", ANTHROPIC, last_n=3, bare=bare)
-        assert messages[0] == {"role": "user", "content": [{"type": "text", "text": USER_PREAMBLE_HEAD}]}
+        head = {"type": "text", "text": USER_PREAMBLE_HEAD}
+        assert messages[0] == {"role": "user", "content": [head]}
         assert messages[1]["role"] == "assistant"
 
 
