@@ -255,8 +255,8 @@ class ContextServicer(ContextEdits, context_pb2_grpc.ContextServiceServicer):
         resp = pb.GetContextResponse(info=info_to_pb(st.info()))
         if view == "info":
             return resp
-        if read.fmt in (providers.OPENAI, providers.ANTHROPIC) and not request.last_n:
-            # Cut from the rendered request, so pages and deltas join validly.
+        if read.fmt in (providers.OPENAI, providers.ANTHROPIC):
+            # Cut from the rendered request (or tail), so pages and deltas join validly.
             jp = provider_pages.read(
                 read.fmt,
                 st,
@@ -266,6 +266,7 @@ class ContextServicer(ContextEdits, context_pb2_grpc.ContextServiceServicer):
                 incarnation=read.incarnation,
                 mark=request.cache_breakpoint,
                 blocks=not request.without_summary_blocks,
+                last=request.last_n,
             )
             resp.messages_json, resp.system_json = jp.messages_json, jp.system_json
             resp.next_page_token, resp.change = jp.next_token, _CHANGE[jp.change]

@@ -21,7 +21,12 @@ verbatim. A cut is *valid* when
    the result always finds its call. With ``abandon_after=N``, a call
    followed by at least ``N`` user messages without a result counts as
    *abandoned* and no longer pins (the service records that in a note; see
-   :func:`open_calls`, :func:`abandoned_calls`).
+   :func:`open_calls`, :func:`abandoned_calls`);
+5. it does not separate a Responses ``reasoning`` item from the item after
+   it (:func:`~.view.binds_next`): the API refuses a ``function_call``
+   without the reasoning item of its response, so both are folded or both
+   kept. A round boundary then opens the kept window with the reasoning
+   item(s) just before the complete round.
 
 Results are matched to calls by ``call_id``; when ids are reused, a result
 answers the latest earlier call with that id (an earlier call whose id is
@@ -60,7 +65,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ctxd_sidecar.core import errors
-from ctxd_sidecar.core.compaction.view import MessageView
+from ctxd_sidecar.core.compaction.view import MessageView, binds_next
 
 #: Messages kept verbatim unless the caller says otherwise (SPEC §3).
 DEFAULT_KEEP_LAST = 12
@@ -265,17 +270,21 @@ def _cut(messages, fold: int, suffix: list[int], target: int | None) -> Cut:
 def _valid_cuts(
     messages: Sequence[MessageView], rounds: _Rounds, pin: int, round_cuts: bool
 ) -> tuple[list[bool], list[bool]]:
-    """(user[f], round[f]) for f in 0..n: True when a cut at f obeys rules 1-4."""
+    """(user[f], round[f]) for f in 0..n: True when a cut at f obeys rules 1-5."""
     n = len(messages)
     user = [False] * (n + 1)
     round_ = [False] * (n + 1)
+    bound = [binds_next(m) for m in messages]
     for f in range(1, min(n - 1, pin) + 1):
-        if rounds.split[f]:
+        if rounds.split[f] or bound[f - 1]:
             continue
         if messages[f].kind == "user":
             user[f] = True
-        elif round_cuts and rounds.complete[f]:
-            round_[f] = True
+        elif round_cuts:
+            g = f
+            while g < n - 1 and bound[g]:  # reasoning items open the round
+                g += 1
+            round_[f] = rounds.complete[g]
     return user, round_
 
 

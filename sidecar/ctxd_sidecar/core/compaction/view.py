@@ -22,7 +22,9 @@ note       ``text``
 
 ``id`` is the message's stable id; ``tokens`` its token estimate (the same
 estimate the record uses for ``est_tokens``, overhead included). An optional
-``seq`` (read with ``getattr``) orders artifact recency in the ledger.
+``seq`` (read with ``getattr``) orders artifact recency in the ledger, and
+an optional ``native`` (``format``, ``data``) is the writer's own form of
+the message (:func:`binds_next` reads it).
 """
 
 from __future__ import annotations
@@ -34,6 +36,26 @@ from typing import Protocol, runtime_checkable
 from ctxd_sidecar.core.estimate import estimate_message
 
 KINDS = frozenset({"system", "user", "assistant", "tool", "note"})
+#: Native format of a stored OpenAI Responses input item (the same name as
+#: ``ctxd_sidecar.core.providers.responses.NATIVE_FORMAT``).
+RESPONSES_ITEM = "openai.responses.item"
+#: How a Responses ``reasoning`` item's note projection starts.
+_REASONING_NOTE = "[reasoning]"
+
+
+def binds_next(m) -> bool:
+    """Whether ``m`` must stay with the message after it in any window.
+
+    A Responses ``reasoning`` item precedes the function calls or message
+    of the same model response, and the Responses API refuses a
+    ``function_call`` (or a message with an id) without its reasoning item,
+    and a reasoning item without the item after it. So no cut, tail or
+    window boundary falls right after one: both sides stay together.
+    """
+    if m.kind != "note" or not m.text.startswith(_REASONING_NOTE):
+        return False
+    native = getattr(m, "native", None)
+    return native is not None and native.format == RESPONSES_ITEM
 
 
 @runtime_checkable

@@ -19,6 +19,11 @@ cannot be related (another incarnation, a version from the future), the
 answer is the whole view (REPLACE). A turn's read then costs the turn, not
 the history. Without an incarnation (clients that predate it) the version
 alone decides, as it always did.
+
+A tail read (``last``) starts at the last ``last`` messages, moved back
+(:func:`tail_start`) so it never opens inside a tool round: a result in
+the tail brings the call it answers, and a Responses ``reasoning`` item
+stays with the item after it. It holds at least ``last`` messages.
 """
 
 from __future__ import annotations
@@ -31,7 +36,8 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from operator import attrgetter
 
-from ctxd_sidecar.core.contexts.model import ContextState, Msg
+from ctxd_sidecar.core.compaction.view import binds_next
+from ctxd_sidecar.core.contexts.model import ASSISTANT, TOOL, ContextState, Msg
 from ctxd_sidecar.core.errors import Conflict, InvalidArgument
 
 DEFAULT_PAGE_SIZE = 1000
@@ -93,7 +99,7 @@ def read(
         start = _index_after(msgs, after)
         return _page(st, view, msgs, start, limit, change, first=False)
     if since is None:
-        start = max(0, len(msgs) - last) if last > 0 else 0
+        start = tail_start(msgs, len(msgs) - last) if last > 0 else 0
         return _page(st, view, msgs, start, limit, "", first=True)
     if since < 0:
         raise InvalidArgument("since_version", "must not be negative")
@@ -106,6 +112,41 @@ def read(
         return _page(st, view, msgs, 0, limit, REPLACE, first=True)
     start = bisect_right(msgs, since, key=_ver)  # ver grows along the transcript
     return _page(st, view, msgs, start, limit, APPEND, first=False)
+
+
+def tail_start(msgs: list[Msg], start: int) -> int:
+    """Where a tail read that would start at ``start`` starts: moved back to
+    the call of every tool result in the tail (a result answers the latest
+    earlier call with its id) and before a Responses reasoning item bound
+    to the first message. Costs the messages it moves over; a result whose
+    call is nowhere (none should be) does not move it."""
+    if start <= 0:
+        return 0
+    nowhere: set[str] = set()
+    while True:
+        at, missing = _back(msgs, start, nowhere)
+        if not missing:
+            return at
+        nowhere |= missing
+
+
+def _back(msgs: list[Msg], start: int, nowhere: set[str]) -> tuple[int, set[str]]:
+    made: set[str] = set()
+    need: set[str] = set()
+    for m in msgs[start:]:
+        if m.kind == ASSISTANT:
+            made.update(c.id for c in m.tool_calls)
+        elif m.kind == TOOL and m.call_id not in made and m.call_id not in nowhere:
+            need.add(m.call_id)
+    at = start
+    while at > 0 and (need or binds_next(msgs[at - 1])):
+        at -= 1
+        m = msgs[at]
+        if m.kind == ASSISTANT:
+            need.difference_update(c.id for c in m.tool_calls)
+        elif m.kind == TOOL and m.call_id not in nowhere:
+            need.add(m.call_id)
+    return at, need
 
 
 def _page(

@@ -22,8 +22,14 @@ pages and deltas are cut from the *rendered* list:
   (a change rewrote what was delivered), the token is stale: ABORTED, read
   again from the first page.
 
-Renders are cached per context and version, so the caller's previous read
-(the view it holds) is usually not rendered again.
+* **Tail reads** (``last``): the view rendered from the message
+  :func:`~ctxd_sidecar.core.contexts.views.tail_start` picks (never inside a
+  tool round), so stand-ins and pairing are decided over the whole tail;
+  the token carries where the tail starts.
+
+Whole views are rendered once per context and version and cached, so the
+caller's previous read (the view it holds) is usually not rendered again;
+a tail is rendered for each page read (it costs its own length).
 """
 
 from __future__ import annotations
@@ -33,11 +39,11 @@ import binascii
 import hashlib
 import json
 import weakref
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 from ctxd_sidecar.core.contexts.model import ContextState, Msg
-from ctxd_sidecar.core.contexts.views import APPEND, NONE, REPLACE, SLICE, page_size
+from ctxd_sidecar.core.contexts.views import APPEND, NONE, REPLACE, SLICE, page_size, tail_start
 from ctxd_sidecar.core.errors import Conflict, InvalidArgument
 from ctxd_sidecar.core.providers import join_units, render_parts
 from ctxd_sidecar.core.providers.ids import IdMap
@@ -99,22 +105,33 @@ def _ids(st: ContextState, fmt: str) -> IdMap:
 
 
 def render(
-    fmt: str, st: ContextState, *, upto: int | None = None, blocks: bool = True, mark: bool = False
+    fmt: str,
+    st: ContextState,
+    *,
+    upto: int | None = None,
+    blocks: bool = True,
+    mark: bool = False,
+    start: int = 0,
 ) -> Rendered:
     """The view in ``fmt`` with the messages of versions up to ``upto``
-    (all when None); read without awaiting (``st`` is live)."""
+    (all when None), from the message with seq ``start`` on (0: all); read
+    without awaiting (``st`` is live)."""
     version = st.version if upto is None else upto
-    key = (fmt, st.gen, version, blocks, mark)
+    key = (fmt, st.gen, version, blocks, mark, start)
     cache = _cache(st)
     found = cache.renders.get(key)
     if found is not None:
         return found
     msgs: list[Msg] = st.messages
+    if start:
+        msgs = msgs[bisect_left(msgs, start, key=_seq) :]
     if upto is not None:
         msgs = msgs[: bisect_right(msgs, upto, key=_ver)]
     out = Rendered(
         *render_parts(fmt, st, msgs, ids=_ids(st, fmt), blocks=blocks, cache_breakpoint=mark)
     )
+    if start:
+        return out  # a tail costs its own length; keep the whole views cached
     cache.renders[key] = out
     while len(cache.renders) > _KEPT:
         cache.renders.pop(next(iter(cache.renders)))
@@ -131,15 +148,24 @@ def read(
     incarnation: str = "",
     blocks: bool = True,
     mark: bool = False,
+    last: int = 0,
 ) -> JsonPage:
-    """One page of the slice of ``st`` in ``fmt`` (see the module docstring)."""
+    """One page of the slice of ``st`` in ``fmt`` (see the module docstring);
+    ``last``: a tail read of the last ``last`` messages (first page only)."""
     limit = page_size(size)
     if token:
         if since is not None:
             raise InvalidArgument("since_version", "goes with the first page only; omit it")
-        now = render(fmt, st, blocks=blocks, mark=mark)
-        at, change = _decode(token, st, fmt, now)
-        return _page(fmt, st, now, at, limit, change, system="")
+        gen, at, digest, change, start = _decode(token, fmt)
+        now = render(fmt, st, blocks=blocks, mark=mark, start=start)
+        _check(st, now, gen, at, digest)
+        return _page(fmt, st, now, at, limit, change, system="", start=start)
+    if since is None and last > 0:
+        msgs = st.messages
+        i = tail_start(msgs, len(msgs) - last)
+        start = msgs[i].seq if 0 < i < len(msgs) else 0
+        now = render(fmt, st, blocks=blocks, mark=mark, start=start)
+        return _page(fmt, st, now, 0, limit, "", now.system, start=start)
     now = render(fmt, st, blocks=blocks, mark=mark)
     if since is None:
         return _page(fmt, st, now, 0, limit, "", now.system)
@@ -164,7 +190,14 @@ def read(
 
 
 def _page(
-    fmt: str, st: ContextState, now: Rendered, at: int, limit: int, change: str, system: str
+    fmt: str,
+    st: ContextState,
+    now: Rendered,
+    at: int,
+    limit: int,
+    change: str,
+    system: str,
+    start: int = 0,
 ) -> JsonPage:
     budget = PAGE_JSON_BYTES - len(system.encode())
     end = at
@@ -174,7 +207,7 @@ def _page(
             break
         budget -= cost
         end += 1
-    token = _encode(st, fmt, now, end, change) if end < len(now.parts) else ""
+    token = _encode(st, fmt, now, end, change, start) if end < len(now.parts) else ""
     messages = join_units(now.parts[at:end], now.roles[at:end])
     return JsonPage(messages, system, token, change)
 
@@ -194,22 +227,25 @@ def _digest(now: Rendered, k: int) -> str:
     return h.hexdigest()[:24]
 
 
-def _encode(st: ContextState, fmt: str, now: Rendered, at: int, change: str) -> str:
-    raw = json.dumps([st.gen, fmt, at, _digest(now, at), change], separators=(",", ":"))
+def _encode(st: ContextState, fmt: str, now: Rendered, at: int, change: str, start: int) -> str:
+    """``start``: the seq a tail read starts at (0: the whole view)."""
+    raw = json.dumps([st.gen, fmt, at, _digest(now, at), change, start], separators=(",", ":"))
     return _PREFIX + base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
-def _decode(token: str, st: ContextState, fmt: str, now: Rendered) -> tuple[int, str]:
+def _decode(token: str, fmt: str) -> tuple[str, int, str, str, int]:
+    """``(gen, at, digest, change, start)`` of a token of this view."""
     bad = InvalidArgument("page_token", "is not a token this view returned; omit it to start over")
     if not token.startswith(_PREFIX) or len(token) > 256:
         raise bad
     body = token[len(_PREFIX) :]
     try:
-        gen, tfmt, at, digest, change = json.loads(
+        gen, tfmt, at, digest, change, *rest = json.loads(
             base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
         )
     except (binascii.Error, ValueError, TypeError):
         raise bad from None
+    start = rest[0] if len(rest) == 1 else 0
     if not (
         isinstance(gen, str)
         and tfmt == fmt
@@ -217,14 +253,21 @@ def _decode(token: str, st: ContextState, fmt: str, now: Rendered) -> tuple[int,
         and at > 0
         and isinstance(digest, str)
         and change in ("", APPEND, REPLACE)
+        and type(start) is int
+        and start >= 0
+        and len(rest) <= 1
     ):
         raise bad
+    return gen, at, digest, change, start
+
+
+def _check(st: ContextState, now: Rendered, gen: str, at: int, digest: str) -> None:
+    """A later page continues what the earlier pages delivered, or ABORTED."""
     if gen != st.gen or at > len(now.parts) or _digest(now, at) != digest:
         raise Conflict(
             f"context {st.id} changed what the earlier pages of this read hold (a compaction, "
             "a plan change, a late tool result or a re-creation); read again from the first page"
         )
-    return at, change
 
 
 def _ver(m: Msg) -> int:
