@@ -47,6 +47,7 @@ from agents.memory.session_settings import (
 
 from ctxd_client.aio import AsyncClient
 from ctxd_client.errors import NotFound
+from ctxd_client.integrations._compaction import acompact
 from ctxd_client.integrations._ids import context_id
 
 FORMAT = "openai_responses"
@@ -170,24 +171,23 @@ class CtxdSession(SessionABC):
     async def run_compaction(self, args: dict[str, Any] | None = None) -> None:
         """Compact when the last turn passed the threshold, or with
         ``{"force": True}``; ``response_id``, ``store`` and ``compaction_mode``
-        are the Responses API's own compaction settings and do not apply."""
+        are the Responses API's own compaction settings and do not apply.
+        A compaction that another one (the sidecar's automatic one) beat to
+        these messages is done, not an error."""
         force = bool((args or {}).get("force"))
         if not (force or self._due):
             return
         self._due = False
-        try:
-            if self.summarise is None:
-                await self.client.compact(
-                    self.context_id, keep_last=self.keep_last, summariser=self.summariser
-                )
-                return
-            plan = await self.client.plan_compaction(self.context_id, keep_last=self.keep_last)
-            if plan.nothing_to_do:
-                return
-            answer = await self.summarise(plan.system_prompt, plan.excerpt, plan.answer_schema_json)
-            await self.client.apply_compaction(self.context_id, plan.plan_ref, answer)
-        except NotFound:
-            return
+        own = self.summarise
+        await acompact(
+            self.client,
+            self.context_id,
+            keep_last=self.keep_last,
+            summariser=self.summariser,
+            summarise=None
+            if own is None
+            else lambda plan: own(plan.system_prompt, plan.excerpt, plan.answer_schema_json),
+        )
 
     async def close(self) -> None:
         """Close the clients the session opened (a client passed in stays open)."""
