@@ -346,6 +346,23 @@ async def test_forced_compaction_gives_the_summary_then_the_kept_items(make_sess
     assert got[1:] == items[-2:]
 
 
+async def test_pop_item_after_a_compaction_pops_what_get_items_shows(make_session):
+    s = make_session("pop-compacted", keep_last=2)
+    items = [{"role": "user", "content": f"step {i} " + "x " * 50} for i in range(8)]
+    await s.add_items(items)
+    await s.run_compaction({"force": True})
+    summary, *kept = await s.get_items()
+    assert kept == items[-2:]
+    for expected in reversed(kept):
+        assert await s.pop_item() == expected
+    assert await s.get_items() == [summary]
+    assert await s.pop_item() == summary  # the most recent item left
+    assert await s.get_items() == []
+    assert await s.pop_item() is None
+    await s.add_items([{"role": "user", "content": "again"}])
+    assert await s.get_items() == [{"role": "user", "content": "again"}]
+
+
 async def test_compaction_with_the_agents_own_model(make_session):
     seen: list[str] = []
 

@@ -19,6 +19,9 @@ MCP items, item ids. What the SDK asks of a session maps onto one call each:
 * ``get_items(limit=N)`` is a tail read of N messages; ``get_items()``
   reads incrementally after the first time (only what changed).
 * ``pop_item`` is one TruncateContext: atomic, even against other writers.
+  When a compaction left only its summary, popping returns the summary and
+  deletes the conversation (conditional on its version), so ``pop_item``
+  and ``get_items`` always agree on the most recent item.
 * ``clear_session`` deletes the conversation.
 * ``run_compaction`` (the SDK calls it after each turn) compacts through
   ctxd when the conversation passed its threshold, or always with
@@ -46,11 +49,14 @@ from agents.memory.session_settings import (
 )
 
 from ctxd_client.aio import AsyncClient
-from ctxd_client.errors import NotFound
+from ctxd_client.errors import Aborted, NotFound
 from ctxd_client.integrations._compaction import acompact
 from ctxd_client.integrations._ids import context_id
 
 FORMAT = "openai_responses"
+
+#: Tries of a pop that other writers keep changing the session under.
+POP_ATTEMPTS = 3
 
 #: ``summarise(system_prompt, excerpt, answer_schema_json) -> answer``: the
 #: agent's own model writing the summary (JSON matching the schema, or text).
@@ -154,12 +160,28 @@ class CtxdSession(SessionABC):
         self._due = self._due or bool(reply.compaction_due)
 
     async def pop_item(self) -> Any | None:
-        """Remove and return the last item (None when there is none), atomically."""
-        try:
-            out = await self.client.truncate(self.context_id, count=1, format=FORMAT)
-        except NotFound:
-            return None
-        return out.removed[-1] if out.removed else None
+        """Remove and return the last item ``get_items`` shows (None when
+        there is none), atomically. After a compaction the kept items go
+        first; then the summary, the only item left: popping it empties the
+        session (as ``clear_session``: the folded items go with it)."""
+        for _ in range(POP_ATTEMPTS):
+            try:
+                out = await self.client.truncate(self.context_id, count=1, format=FORMAT)
+                if out.removed:
+                    return out.removed[-1]
+                left = await self.client.slice(self.context_id, format=FORMAT)
+                if not left:
+                    return None
+                # Only the summary is left: remove it unless a turn came in meanwhile.
+                if not await self.client.delete(self.context_id, expected_version=left.version):
+                    return None  # cleared meanwhile
+            except NotFound:
+                return None
+            except Aborted:
+                continue  # another writer changed the session: pop from what it is now
+            self._held = self._version = None
+            return left[-1]
+        return None
 
     async def clear_session(self) -> None:
         """Delete the conversation (its summary and archived items too)."""
