@@ -150,6 +150,24 @@ async def test_get_items_with_limit(make_session):
     assert await s.get_items(limit=0) == []
 
 
+async def test_get_items_with_limit_never_starts_inside_a_tool_round(make_session):
+    s = make_session("limit-round")
+    step = [
+        {"id": "rs_1", "type": "reasoning", "summary": []},
+        {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "function_call", "id": "fc_2", "call_id": "c2", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "one"},
+        {"type": "function_call_output", "call_id": "c2", "output": "two"},
+    ]
+    answer = {"role": "assistant", "content": "done"}
+    items = [{"role": "user", "content": "go"}, *step, answer]
+    await s.add_items(items)
+    for limit in (2, 3, 4, 5):  # the last N would begin with an output or a call cut off
+        assert await s.get_items(limit=limit) == [answer], limit
+    assert await s.get_items(limit=6) == items[-6:]  # the whole step
+    assert await s.get_items(limit=7) == items
+
+
 async def test_pop_from_empty_session(make_session):
     s = make_session("empty")
     await s.clear_session()

@@ -16,7 +16,9 @@ MCP items, item ids. What the SDK asks of a session maps onto one call each:
 
 * ``add_items`` is one AppendTurn: the batch is atomic, and a retry of the
   call (a lost reply) appends nothing twice (idempotency key per batch).
-* ``get_items(limit=N)`` is a tail read of N messages; ``get_items()``
+* ``get_items(limit=N)`` is a tail read of N messages (fewer when the N
+  would start inside a tool round: a provider refuses an output without its
+  call); ``get_items()``
   reads incrementally after the first time (only what changed).
 * ``pop_item`` is one TruncateContext: atomic, even against other writers.
   When a compaction left only its summary, popping returns the summary and
@@ -61,6 +63,36 @@ POP_ATTEMPTS = 3
 #: ``summarise(system_prompt, excerpt, answer_schema_json) -> answer``: the
 #: agent's own model writing the summary (JSON matching the schema, or text).
 Summarise = Callable[[str, str, str], Awaitable[str]]
+
+
+def _kind(item: Any) -> str:
+    return str(item.get("type", "message")) if isinstance(item, dict) else ""
+
+
+def _inside_step(before: Any, head: Any, kept: list[Any]) -> bool:
+    """Whether a list starting at ``head`` (``before`` cut off) would start
+    inside a tool round: an output whose call is cut off, an item the model
+    produced right after a reasoning item, or a parallel call after the first."""
+    kind = _kind(head)
+    if kind.endswith("_output") and "call_id" in head:
+        return not any(
+            i.get("call_id") == head["call_id"] and not _kind(i).endswith("_output")
+            for i in kept
+            if isinstance(i, dict)
+        )
+    if isinstance(head, dict) and head.get("role") in ("user", "system", "developer"):
+        return False
+    return _kind(before) == "reasoning" or (kind == _kind(before) == "function_call")
+
+
+def _tail(items: list[Any], limit: int) -> list[Any]:
+    """The last ``limit`` items (the SDK's protocol), never starting inside a
+    tool round: the provider refuses an output without its call or a call
+    without its reasoning item, so such a head is left out (fewer items)."""
+    cut = max(0, len(items) - limit)
+    while 0 < cut < len(items) and _inside_step(items[cut - 1], items[cut], items[cut:]):
+        cut += 1
+    return items[cut:]
 
 
 class CtxdSession(SessionABC):
@@ -117,14 +149,16 @@ class CtxdSession(SessionABC):
     # -- the Session protocol ---------------------------------------------------------------------
     async def get_items(self, limit: int | None = None) -> list[Any]:
         """The latest ``limit`` items in order (all when None; the session
-        settings' limit when not given)."""
+        settings' limit when not given), fewer when the last ``limit`` would
+        start inside a tool round."""
         limit = resolve_session_limit(limit, self.session_settings)
         if limit is not None and limit <= 0:
             return []
         try:
             if limit is not None:
-                items = await self.client.slice(self.context_id, format=FORMAT, last_n=limit)
-                return list(items)[-limit:]
+                # One more than asked shows what comes before the cut.
+                items = await self.client.slice(self.context_id, format=FORMAT, last_n=limit + 1)
+                return _tail(list(items), limit)
             return list(await self._whole())
         except NotFound:
             self._held = self._version = None
