@@ -22,6 +22,7 @@ pytest.importorskip("langgraph.store.base")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "clients" / "python"))
 
 from langgraph.store.base import InvalidNamespaceError, PutOp  # noqa: E402
+from langgraph.store.memory import InMemoryStore  # noqa: E402
 
 from ctxd_client import AsyncClient, Client  # noqa: E402
 from ctxd_client.integrations.langgraph import CtxdStore  # noqa: E402
@@ -248,6 +249,29 @@ def test_ttl_in_minutes_with_refresh_on_read(address):
     time.sleep(1.2)
     assert store.get(("ttl",), "short") is None
     store.close()
+    raw.close()
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+async def test_a_refreshing_read_keeps_updated_at(address, api):
+    """Refreshing the TTL on read is not an update: LangGraph's own store
+    (the control) and CtxdStore keep ``updated_at`` through get and search."""
+    ttl = {"default_ttl": 10, "refresh_on_read": True}
+    own = CtxdStore(Client(address) if api == "sync" else address, ttl=ttl)
+    raw = Client(address)
+    key = own._key(("ttl",), "k")
+    for store in (_Async(InMemoryStore()), _Sync(own) if api == "sync" else _Async(own)):
+        await store.aput(("ttl",), "k", {"v": 1})
+        first = await store.aget(("ttl",), "k")
+        expires = raw.memory_get(key).expires_at_ms if store.store is own else 0
+        time.sleep(0.01)
+        await store.aget(("ttl",), "k", refresh_ttl=True)
+        await store.asearch(("ttl",), refresh_ttl=True)
+        again = await store.aget(("ttl",), "k", refresh_ttl=False)
+        assert again.updated_at == first.updated_at, type(store.store).__name__
+        assert again.created_at == first.created_at and again.value == {"v": 1}
+    assert raw.memory_get(key).expires_at_ms > expires  # the reads did refresh the TTL
+    own.close()
     raw.close()
 
 

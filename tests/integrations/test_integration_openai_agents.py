@@ -150,6 +150,24 @@ async def test_get_items_with_limit(make_session):
     assert await s.get_items(limit=0) == []
 
 
+async def test_get_items_with_limit_never_starts_inside_a_tool_round(make_session):
+    s = make_session("limit-round")
+    step = [
+        {"id": "rs_1", "type": "reasoning", "summary": []},
+        {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "function_call", "id": "fc_2", "call_id": "c2", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "one"},
+        {"type": "function_call_output", "call_id": "c2", "output": "two"},
+    ]
+    answer = {"role": "assistant", "content": "done"}
+    items = [{"role": "user", "content": "go"}, *step, answer]
+    await s.add_items(items)
+    for limit in (2, 3, 4, 5):  # the last N would begin with an output or a call cut off
+        assert await s.get_items(limit=limit) == [answer], limit
+    assert await s.get_items(limit=6) == items[-6:]  # the whole step
+    assert await s.get_items(limit=7) == items
+
+
 async def test_pop_from_empty_session(make_session):
     s = make_session("empty")
     await s.clear_session()
@@ -344,6 +362,23 @@ async def test_forced_compaction_gives_the_summary_then_the_kept_items(make_sess
     got = await s.get_items()
     assert got[0]["role"] == "system" and "step" in got[0]["content"]
     assert got[1:] == items[-2:]
+
+
+async def test_pop_item_after_a_compaction_pops_what_get_items_shows(make_session):
+    s = make_session("pop-compacted", keep_last=2)
+    items = [{"role": "user", "content": f"step {i} " + "x " * 50} for i in range(8)]
+    await s.add_items(items)
+    await s.run_compaction({"force": True})
+    summary, *kept = await s.get_items()
+    assert kept == items[-2:]
+    for expected in reversed(kept):
+        assert await s.pop_item() == expected
+    assert await s.get_items() == [summary]
+    assert await s.pop_item() == summary  # the most recent item left
+    assert await s.get_items() == []
+    assert await s.pop_item() is None
+    await s.add_items([{"role": "user", "content": "again"}])
+    assert await s.get_items() == [{"role": "user", "content": "again"}]
 
 
 async def test_compaction_with_the_agents_own_model(make_session):

@@ -11,7 +11,8 @@ each model call:
    (the key is made of their ids, so a replayed step appends nothing);
 2. when ctxd says the conversation passed its threshold it is compacted:
    by the sidecar's summariser, or by ``summary_model`` (the agent's own
-   model) through PlanCompaction and ApplyCompaction;
+   model) through PlanCompaction and ApplyCompaction (a compaction that the
+   sidecar's automatic one beat to these messages counts as done);
 3. the graph's ``messages`` are replaced by ctxd's slice (the summary as a
    system message, then the kept messages, ids ``ctxd-m12``), which the
    model is then called with.
@@ -42,6 +43,7 @@ from langgraph.config import get_config
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
 from ctxd_client import AsyncClient, Client
+from ctxd_client.integrations._compaction import acompact, compact
 from ctxd_client.integrations._ids import context_id as encode_id
 
 #: Ids of messages that came from ctxd's slice (not new to it).
@@ -146,16 +148,18 @@ class CtxdContextMiddleware(AgentMiddleware):
         c, cid = self._client(), self.context_id()
         reply = c.append_turn(cid, convert_to_openai_messages(new), **self._turn_args(new))
         if reply.compaction_due:
-            if self.summary_model is None:
-                c.compact(cid, keep_last=self.keep_last, summariser=self.summariser)
-            else:
-                plan = c.plan_compaction(cid, keep_last=self.keep_last)
-                if not plan.nothing_to_do:
-                    c.apply_compaction(cid, plan.plan_ref, self._summarise(plan))
+            own = None if self.summary_model is None else self._summarise
+            compact(c, cid, keep_last=self.keep_last, summariser=self.summariser, summarise=own)
         return self._replace(c.slice(cid))
 
     def _summarise(self, plan: Any) -> str:
         answer = self.summary_model.invoke(
+            [SystemMessage(plan.system_prompt), HumanMessage(plan.excerpt)]
+        )
+        return answer.text if hasattr(answer, "text") else str(answer.content)
+
+    async def _asummarise(self, plan: Any) -> str:
+        answer = await self.summary_model.ainvoke(
             [SystemMessage(plan.system_prompt), HumanMessage(plan.excerpt)]
         )
         return answer.text if hasattr(answer, "text") else str(answer.content)
@@ -179,15 +183,10 @@ class CtxdContextMiddleware(AgentMiddleware):
         c, cid = self._aclient(), self.context_id()
         reply = await c.append_turn(cid, convert_to_openai_messages(new), **self._turn_args(new))
         if reply.compaction_due:
-            if self.summary_model is None:
-                await c.compact(cid, keep_last=self.keep_last, summariser=self.summariser)
-            else:
-                plan = await c.plan_compaction(cid, keep_last=self.keep_last)
-                if not plan.nothing_to_do:
-                    answer = await self.summary_model.ainvoke(
-                        [SystemMessage(plan.system_prompt), HumanMessage(plan.excerpt)]
-                    )
-                    await c.apply_compaction(cid, plan.plan_ref, answer.text)
+            own = None if self.summary_model is None else self._asummarise
+            await acompact(
+                c, cid, keep_last=self.keep_last, summariser=self.summariser, summarise=own
+            )
         return self._replace(await c.slice(cid))
 
     async def abefore_model(self, state: AgentState, runtime: Any) -> dict[str, Any] | None:

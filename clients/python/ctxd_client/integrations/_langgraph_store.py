@@ -3,15 +3,17 @@
 Every item is one memory key, ``PREFIX/<label>/<label>/!/<key>`` (labels
 and key percent-encoded, so any text fits ctxd's key rules and ``!`` can
 only be the separator; it sorts first, so a search lists a namespace's
-items before those of its sub-namespaces), holding ``{"v": value, "c": created_ms, "t":
-ttl_minutes}``; ``updated_at`` is the record's own ``updated_ms``. TTLs are
-ctxd's (absolute, swept by the sidecar); a read that refreshes them writes
-the item again with the same TTL, conditional on its version, so a
-refresh never overwrites a concurrent put. Search lists the namespace
-prefix and filters in the client (ctxd has no server-side filter or
-semantic index: ``query`` is ignored); namespaces are derived from the
-keys. One batch is one round of calls: reads first, then the puts, the
-last put of a key winning (as LangGraph's own stores do).
+items before those of its sub-namespaces), holding ``{"v": value, "c":
+created_ms, "u": updated_ms, "t": ttl_minutes}`` (an item written without
+``"u"`` reads the record's own ``updated_ms``). TTLs are ctxd's (absolute,
+swept by the sidecar); a read that refreshes them writes the item again
+unchanged (so ``updated_at`` stays, as in LangGraph's own stores) with the
+same TTL, conditional on its version, so a refresh never overwrites a
+concurrent put. Search lists the namespace prefix and filters in the
+client (ctxd has no server-side filter or semantic index: ``query`` is
+ignored); namespaces are derived from the keys. One batch is one round of
+calls: reads first, then the puts, the last put of a key winning (as
+LangGraph's own stores do).
 """
 
 from __future__ import annotations
@@ -145,7 +147,7 @@ class CtxdStore(BaseStore):
             key=key,
             namespace=ns,
             created_at=_ms(int(doc.get("c", record.updated_ms))),
-            updated_at=_ms(record.updated_ms),
+            updated_at=_ms(int(doc.get("u", record.updated_ms))),
         )
 
     def _refresh(self, record: Any) -> Call | None:
@@ -197,12 +199,13 @@ class CtxdStore(BaseStore):
         ttl = op.ttl
         if ttl is NOT_PROVIDED:
             ttl = (self.ttl_config or {}).get("default_ttl")
+        now = int(time.time() * 1000)
         try:
             old = yield ("memory_get", (full,), {})
             created = json.loads(old.value_json).get("c", old.updated_ms)
         except NotFound:
-            created = int(time.time() * 1000)
-        doc = {"v": op.value, "c": created, "t": ttl}
+            created = now
+        doc = {"v": op.value, "c": created, "u": max(now, created), "t": ttl}
         value_json = json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
         kw = {"value_json": value_json, "ttl_seconds": _seconds(ttl) if ttl else 0}
         yield ("memory_set", (full,), kw)

@@ -16,9 +16,14 @@ MCP items, item ids. What the SDK asks of a session maps onto one call each:
 
 * ``add_items`` is one AppendTurn: the batch is atomic, and a retry of the
   call (a lost reply) appends nothing twice (idempotency key per batch).
-* ``get_items(limit=N)`` is a tail read of N messages; ``get_items()``
+* ``get_items(limit=N)`` is a tail read of N messages (fewer when the N
+  would start inside a tool round: a provider refuses an output without its
+  call); ``get_items()``
   reads incrementally after the first time (only what changed).
 * ``pop_item`` is one TruncateContext: atomic, even against other writers.
+  When a compaction left only its summary, popping returns the summary and
+  deletes the conversation (conditional on its version), so ``pop_item``
+  and ``get_items`` always agree on the most recent item.
 * ``clear_session`` deletes the conversation.
 * ``run_compaction`` (the SDK calls it after each turn) compacts through
   ctxd when the conversation passed its threshold, or always with
@@ -46,14 +51,48 @@ from agents.memory.session_settings import (
 )
 
 from ctxd_client.aio import AsyncClient
-from ctxd_client.errors import NotFound
+from ctxd_client.errors import Aborted, NotFound
+from ctxd_client.integrations._compaction import acompact
 from ctxd_client.integrations._ids import context_id
 
 FORMAT = "openai_responses"
 
+#: Tries of a pop that other writers keep changing the session under.
+POP_ATTEMPTS = 3
+
 #: ``summarise(system_prompt, excerpt, answer_schema_json) -> answer``: the
 #: agent's own model writing the summary (JSON matching the schema, or text).
 Summarise = Callable[[str, str, str], Awaitable[str]]
+
+
+def _kind(item: Any) -> str:
+    return str(item.get("type", "message")) if isinstance(item, dict) else ""
+
+
+def _inside_step(before: Any, head: Any, kept: list[Any]) -> bool:
+    """Whether a list starting at ``head`` (``before`` cut off) would start
+    inside a tool round: an output whose call is cut off, an item the model
+    produced right after a reasoning item, or a parallel call after the first."""
+    kind = _kind(head)
+    if kind.endswith("_output") and "call_id" in head:
+        return not any(
+            i.get("call_id") == head["call_id"] and not _kind(i).endswith("_output")
+            for i in kept
+            if isinstance(i, dict)
+        )
+    if isinstance(head, dict) and head.get("role") in ("user", "system", "developer"):
+        return False
+    return _kind(before) == "reasoning" or (kind == _kind(before) == "function_call")
+
+
+def _tail(items: list[Any], limit: int) -> list[Any]:
+    """The last ``limit`` items (the SDK's protocol), never starting inside a
+    tool round: the provider refuses an output without its call or a call
+    without its reasoning item, so such a head is left out (fewer items)."""
+    cut = max(0, len(items) - limit)
+    while 0 < cut < len(items) and _inside_step(items[cut - 1], items[cut], items[cut:]):
+        cut += 1
+    return items[cut:]
 
 
 class CtxdSession(SessionABC):
@@ -110,14 +149,16 @@ class CtxdSession(SessionABC):
     # -- the Session protocol ---------------------------------------------------------------------
     async def get_items(self, limit: int | None = None) -> list[Any]:
         """The latest ``limit`` items in order (all when None; the session
-        settings' limit when not given)."""
+        settings' limit when not given), fewer when the last ``limit`` would
+        start inside a tool round."""
         limit = resolve_session_limit(limit, self.session_settings)
         if limit is not None and limit <= 0:
             return []
         try:
             if limit is not None:
-                items = await self.client.slice(self.context_id, format=FORMAT, last_n=limit)
-                return list(items)[-limit:]
+                # One more than asked shows what comes before the cut.
+                items = await self.client.slice(self.context_id, format=FORMAT, last_n=limit + 1)
+                return _tail(list(items), limit)
             return list(await self._whole())
         except NotFound:
             self._held = self._version = None
@@ -153,12 +194,28 @@ class CtxdSession(SessionABC):
         self._due = self._due or bool(reply.compaction_due)
 
     async def pop_item(self) -> Any | None:
-        """Remove and return the last item (None when there is none), atomically."""
-        try:
-            out = await self.client.truncate(self.context_id, count=1, format=FORMAT)
-        except NotFound:
-            return None
-        return out.removed[-1] if out.removed else None
+        """Remove and return the last item ``get_items`` shows (None when
+        there is none), atomically. After a compaction the kept items go
+        first; then the summary, the only item left: popping it empties the
+        session (as ``clear_session``: the folded items go with it)."""
+        for _ in range(POP_ATTEMPTS):
+            try:
+                out = await self.client.truncate(self.context_id, count=1, format=FORMAT)
+                if out.removed:
+                    return out.removed[-1]
+                left = await self.client.slice(self.context_id, format=FORMAT)
+                if not left:
+                    return None
+                # Only the summary is left: remove it unless a turn came in meanwhile.
+                if not await self.client.delete(self.context_id, expected_version=left.version):
+                    return None  # cleared meanwhile
+            except NotFound:
+                return None
+            except Aborted:
+                continue  # another writer changed the session: pop from what it is now
+            self._held = self._version = None
+            return left[-1]
+        return None
 
     async def clear_session(self) -> None:
         """Delete the conversation (its summary and archived items too)."""
@@ -170,24 +227,23 @@ class CtxdSession(SessionABC):
     async def run_compaction(self, args: dict[str, Any] | None = None) -> None:
         """Compact when the last turn passed the threshold, or with
         ``{"force": True}``; ``response_id``, ``store`` and ``compaction_mode``
-        are the Responses API's own compaction settings and do not apply."""
+        are the Responses API's own compaction settings and do not apply.
+        A compaction that another one (the sidecar's automatic one) beat to
+        these messages is done, not an error."""
         force = bool((args or {}).get("force"))
         if not (force or self._due):
             return
         self._due = False
-        try:
-            if self.summarise is None:
-                await self.client.compact(
-                    self.context_id, keep_last=self.keep_last, summariser=self.summariser
-                )
-                return
-            plan = await self.client.plan_compaction(self.context_id, keep_last=self.keep_last)
-            if plan.nothing_to_do:
-                return
-            answer = await self.summarise(plan.system_prompt, plan.excerpt, plan.answer_schema_json)
-            await self.client.apply_compaction(self.context_id, plan.plan_ref, answer)
-        except NotFound:
-            return
+        own = self.summarise
+        await acompact(
+            self.client,
+            self.context_id,
+            keep_last=self.keep_last,
+            summariser=self.summariser,
+            summarise=None
+            if own is None
+            else lambda plan: own(plan.system_prompt, plan.excerpt, plan.answer_schema_json),
+        )
 
     async def close(self) -> None:
         """Close the clients the session opened (a client passed in stays open)."""
