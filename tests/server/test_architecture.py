@@ -6,12 +6,15 @@
 * built-in plugins import ctxd only through the plugin door
   (``ctxd_sidecar.plugin``), as a third party's would;
 * no hand-written module is over 500 lines (generated code aside), in the
-  server, the built-ins and both clients.
+  server, the built-ins and both clients;
+* no class is over 200 lines and no function over 60 in the Python ones,
+  but for the offenders listed with the cut that will end each.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
 
 import grimp
@@ -89,6 +92,106 @@ def test_no_hand_written_module_is_over_500_lines():
     assert not long
 
 
+MAX_CLASS_LINES = 200
+MAX_FUNCTION_LINES = 60
+#: Today's classes and functions over the limits, each at most its size now
+#: (it may shrink, never grow). A file's limit made files park at the ceiling
+#: and be cut by line count; a class or function over its limit points at a
+#: second responsibility instead. Each entry names the cut that ends it and
+#: leaves the list with it; a new offender is split, not added here.
+OVERSIZED = {
+    # -- issue 37, problem 1: the read path into core/contexts/reads.py; the
+    #    servicer converts only and the ContextEdits mixin folds into it.
+    "sidecar/ctxd_sidecar/server/context_service.py:ContextServicer": 299,
+    # -- issue 37, problem 2: the contexts room closed.
+    # The trash, index bookkeeping and purge into contexts/trash.py.
+    "sidecar/ctxd_sidecar/core/contexts/deletion.py:Deletion": 220,
+    # Compactor on transaction() directly: the closure and its `out` dict go.
+    "sidecar/ctxd_sidecar/core/contexts/compaction.py:Compactor": 327,
+    "sidecar/ctxd_sidecar/core/contexts/compaction.py:Compactor._commit": 96,
+    "sidecar/ctxd_sidecar/core/contexts/compaction.py:Compactor._commit.build": 74,
+    # Registry, store, index, trash and janitor private; listing gets heads().
+    "sidecar/ctxd_sidecar/core/contexts/service.py:ContextService": 392,
+    # The record's messages and its op bookkeeping (model.py grew back to 494).
+    "sidecar/ctxd_sidecar/core/contexts/model.py:ContextState": 238,
+    # Restore and checkpoint are two protocols in one class.
+    "sidecar/ctxd_sidecar/core/contexts/persistence.py:ContextStore": 276,
+    "sidecar/ctxd_sidecar/core/contexts/persistence.py:ContextStore.checkpoint": 72,
+    # One rule per message part, not one function for the whole turn.
+    "sidecar/ctxd_sidecar/core/contexts/validate.py:turn": 68,
+    # -- issue 37, problem 3: LMDB's inline-write budget moves into the LMDB
+    #    plugin (an AsyncStore beside Store).
+    "sidecar/ctxd_sidecar/core/storage.py:Storage": 228,
+    # -- issue 37, problem 4: Sidecar.start in phases (bind, open domain,
+    #    layers, probes), as uvicorn's serve is.
+    "sidecar/ctxd_sidecar/server/app.py:Sidecar.start": 91,
+    # -- issue 37, problem 5 (the gate): second responsibilities found by this
+    #    check, each to be cut on its own.
+    # Counters and cap reservations apart from the records' read/write/sweep.
+    "sidecar/ctxd_sidecar/core/memory/store.py:StoreMemory": 327,
+    # The index's repair and rebuild apart from its reads and writes.
+    "sidecar/ctxd_sidecar/core/keyindex/__init__.py:KeyIndex": 297,
+    # The page split and root migration apart from page reads and writes.
+    "sidecar/ctxd_sidecar/core/keyindex/pages.py:PageStore": 224,
+    # The catalogue apart from a context's loaded set (load, unload, preload).
+    "sidecar/ctxd_sidecar/core/skills/catalogue.py:SkillCatalogue": 269,
+    # Run reports apart from the plan edits.
+    "sidecar/ctxd_sidecar/core/plan/rules.py:Planner": 246,
+    "sidecar/ctxd_sidecar/core/plan/rules.py:Planner.update": 63,
+    # One pass, the merge of passes and the narrative cap in one function.
+    "sidecar/ctxd_sidecar/core/compaction/summarise.py:summarise": 122,
+    # Finding the boundary apart from keeping tool calls with their results.
+    "sidecar/ctxd_sidecar/core/compaction/cut.py:plan_cut": 67,
+    # Fetching and rendering of `ctxd contexts show`.
+    "sidecar/ctxd_sidecar/admin/commands.py:_contexts_show": 63,
+    # -- issue 37, item 6: one signature per verb, derived from the op builders.
+    "clients/python/ctxd_client/_base.py:_Verbs": 430,
+}
+
+
+def spans(tree: ast.AST, prefix: str = "") -> Iterator[tuple[str, bool, int]]:
+    """Each class and function under ``tree``, nested ones included, as
+    (dotted name, is a class, lines from its first to its last line)."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            name = prefix + node.name
+            yield name, isinstance(node, ast.ClassDef), node.end_lineno - node.lineno + 1
+            yield from spans(node, name + ".")
+        else:
+            yield from spans(node, prefix)
+
+
+def measured() -> dict[str, tuple[bool, int]]:
+    sizes = {}
+    for source, pattern in LINE_LIMITED:
+        if pattern != "*.py":
+            continue
+        for path in source.rglob(pattern):
+            if {"api", "_api"} & set(path.relative_to(source).parts):
+                continue  # generated by buf / protoc
+            where = path.relative_to(ROOT).as_posix()
+            for name, is_class, lines in spans(ast.parse(path.read_text())):
+                sizes[f"{where}:{name}"] = (is_class, lines)
+    return sizes
+
+
+def test_no_class_or_function_is_over_its_limit():
+    over, grown, gone = {}, {}, {}
+    for name, (is_class, lines) in measured().items():
+        limit = MAX_CLASS_LINES if is_class else MAX_FUNCTION_LINES
+        if lines > limit and name not in OVERSIZED:
+            over[name] = lines
+        elif name in OVERSIZED and lines > OVERSIZED[name]:
+            grown[name] = (OVERSIZED[name], lines)
+        elif name in OVERSIZED and lines <= limit:
+            gone[name] = lines
+    missing = set(OVERSIZED) - set(measured())
+    assert not over, f"over the limit (split it at its second responsibility): {over}"
+    assert not grown, f"listed offenders that grew (was, now): {grown}"
+    assert not gone, f"now within the limit: take these off OVERSIZED: {gone}"
+    assert not missing, f"listed but not found (split or renamed: take off OVERSIZED): {missing}"
+
+
 def test_the_checks_see_the_tree():
     # The walks above would pass on an empty tree: make sure they read modules.
     modules = [p for s in SOURCES for p in s.rglob("*.py")]
@@ -98,3 +201,6 @@ def test_the_checks_see_the_tree():
     assert any(
         isinstance(n, ast.ImportFrom) for m in modules for n in ast.walk(ast.parse(m.read_text()))
     )
+    sizes = measured()
+    assert len(sizes) > 1000
+    assert sizes["sidecar/ctxd_sidecar/server/app.py:Sidecar"][0]  # a class, by its dotted name
