@@ -92,7 +92,8 @@ def test_every_store_option_is_in_the_store_reference(site):
         with pytest.raises(ValueError) as refused:
             open_store(f"{scheme}://somewhere/x?no_such_option=1")
         known = str(refused.value).split("known options: ", 1)[1].rstrip(")")
-        assert known == (", ".join(sorted(model.model_fields)) or "none"), scheme
+        names = sorted(option_name(n, i) for n, i in model.model_fields.items())
+        assert known == (", ".join(names) or "none"), scheme  # as the URI spells them
         assert f"<code>{scheme}://</code>" in page or scheme == "postgresql"
         comments = field_comments(model)
         for name, info in model.model_fields.items():
