@@ -333,6 +333,8 @@ def _item(value: bytes | None) -> Item | None:
 
 
 class LmdbOptions(StoreOptions):
+    """URI query options of an ``lmdb://`` store (all optional)."""
+
     #: Largest the environment may grow: bytes, or e.g. ``64GiB``.
     map_size: int = DEFAULT_MAP_SIZE
 

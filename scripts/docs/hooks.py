@@ -3,6 +3,8 @@
 A page holds a marker where generated Markdown goes:
 
 * ``<!-- ctxd:config-reference -->``: every setting, from the pydantic schema;
+* ``<!-- ctxd:store-options -->``: every URI option of the built-in stores,
+  from their options models;
 * ``<!-- ctxd:api-reference -->``: every RPC, message, field and enum, from
   the protos' comments (compiled by buf);
 * ``<!-- ctxd:bench-figures -->``: tables and charts of a bench results file
@@ -32,6 +34,7 @@ def _importable() -> None:
 
 MARKERS = {
     "<!-- ctxd:config-reference -->": "config",
+    "<!-- ctxd:store-options -->": "stores",
     "<!-- ctxd:api-reference -->": "api",
     "<!-- ctxd:bench-figures -->": "bench",
 }
@@ -71,6 +74,8 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
             continue
         if kind == "config":
             from config_reference import render as generated
+        elif kind == "stores":
+            from store_options import render as generated
         elif kind == "api":
             from api_reference import render as generated
         else:

@@ -23,7 +23,10 @@ built-in plugins in ``plugins/`` use nothing else)::
 * errors a plugin may raise for the sidecar to answer with:
   :class:`Unavailable`, :class:`SummariserError`, :class:`MalformedAnswer`.
 
-Conformance tests for a store: :mod:`ctxd_sidecar.testing.store_conformance`.
+Conformance tests for a store: :mod:`ctxd_sidecar.testing.store_conformance`,
+with :func:`open_store` to open the store under test by its URI through the
+installed plugins, as ``ctxd serve`` does (the entry point and hooks are
+then tested too).
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from ctxd_sidecar.core.compaction.excerpt import compact_json
 from ctxd_sidecar.core.compaction.summary import clean_item
 from ctxd_sidecar.core.errors import Unavailable
 from ctxd_sidecar.hookspecs import hookimpl
+from ctxd_sidecar.plugins import open_store
 from ctxd_sidecar.store import (
     CallStyle,
     Capability,
@@ -100,6 +104,7 @@ __all__ = [
     "compact_json",
     "content_version",
     "hookimpl",
+    "open_store",
     "parse_answer",
     "parse_options",
     "store_hooks",

@@ -13,7 +13,7 @@ Keys are arbitrary non-empty UTF-8 strings already namespaced by the sidecar;
 values are bytes (possibly empty). :mod:`ctxd_sidecar.testing.store_conformance` checks
 a backend against this contract; ``examples/store-plugin`` is a complete
 third-party plugin. A plugin module makes its two hooks with
-:func:`ctxd_sidecar.storeplugin.store_hooks`, and backends that compare and set
+:func:`ctxd_sidecar.plugin.store_hooks`, and backends that compare and set
 themselves share :func:`check_precondition` and :func:`content_version`.
 """
 

@@ -113,7 +113,8 @@ def _one_line(scheme: str, schema: type[StoreOptions], error: Mapping[str, Any])
     kind = error.get("type", "")
     given = error.get("input")
     if kind == "extra_forbidden":
-        known = ", ".join(sorted(schema.model_fields)) or "none"
+        # as the URI spells them: a field's alias where it has one
+        known = ", ".join(sorted(f.alias or n for n, f in schema.model_fields.items())) or "none"
         return f"unknown {scheme} store option {name!r} (known options: {known})"
     if kind in _MUST_BE:
         return f"{scheme} store option {name}={given!r} must be {_MUST_BE[kind]}"

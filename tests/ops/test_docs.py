@@ -70,6 +70,38 @@ def test_every_setting_is_in_the_configuration_reference(site):
     assert "Seconds between sweeps of expired records" in page  # the schema's own words
 
 
+def test_every_store_option_is_in_the_store_reference(site):
+    """The page's options are those each built-in store really takes: the
+    scheme's own refusal of an unknown option names the options it knows."""
+    sys.path.insert(0, str(ROOT / "scripts" / "docs"))
+    from store_options import STORES, field_comments, model_of, option_name
+
+    from ctxd_sidecar.plugins import each_result, open_store, plugin_manager
+
+    page = (site / "choosing-a-store" / "index.html").read_text()
+    documented = {scheme: model_of(path) for scheme, path, _ in STORES}
+    documented["postgresql"] = documented["postgres"]  # the same plugin's other spelling
+    served = {
+        scheme
+        for plugin, schemes in each_result(plugin_manager(), "ctxd_store_schemes")
+        if plugin.startswith("ctxd_plugins")
+        for scheme in schemes
+    }
+    assert served == set(documented)
+    for scheme, model in documented.items():
+        with pytest.raises(ValueError) as refused:
+            open_store(f"{scheme}://somewhere/x?no_such_option=1")
+        known = str(refused.value).split("known options: ", 1)[1].rstrip(")")
+        names = sorted(option_name(n, i) for n, i in model.model_fields.items())
+        assert known == (", ".join(names) or "none"), scheme  # as the URI spells them
+        assert f"<code>{scheme}://</code>" in page or scheme == "postgresql"
+        comments = field_comments(model)
+        for name, info in model.model_fields.items():
+            assert f"<code>{option_name(name, info)}</code>" in page, (scheme, name)
+            assert comments.get(name), f"{scheme} option {name} has no #: comment"
+    assert "URL of an S3-compatible server" in page  # the model's own words
+
+
 def test_benchmark_figures_are_drawn_from_the_results_file(site):
     page = (site / "benchmarks" / "index.html").read_text()
     assert "docs/benchmarks/results.json" in page

@@ -1,16 +1,38 @@
 """The verbs both clients share, written once over ``_run`` (sync in Client,
-async in AsyncClient); channel set-up and retry policy are in ``_connect``."""
+async in AsyncClient); channel set-up and retry policy are in ``_connect``.
+
+A verb is its typed, documented signature, for callers and their editors;
+what it does is its op builder's (``_ops``, ``_agent_ops``), which takes the
+same arguments (tests/clients/test_python_verbs.py holds them to it)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+import functools
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from ctxd_client import _agent_ops as agent_ops
 from ctxd_client import _ops as ops
 from ctxd_client._api.ctxd.v1 import context_pb2 as pb
 from ctxd_client._api.ctxd.v1 import context_pb2_grpc, memory_pb2_grpc
 from ctxd_client._api.ctxd.v1 import memory_pb2 as mpb
+
+Signature = TypeVar("Signature", bound=Callable[..., Any])
+
+
+def _verb(build: Callable[..., ops.Op]) -> Callable[[Signature], Signature]:
+    """The method ``signature`` declares, run as ``build``'s op with the
+    same arguments; ``timeout`` is the client's."""
+
+    def declare(signature: Signature) -> Signature:
+        @functools.wraps(signature)
+        def run(self: _Verbs, *args: Any, timeout: float | None = None, **kwargs: Any) -> Any:
+            return self._run(build(*args, **kwargs), timeout)
+
+        run.build = build  # type: ignore[attr-defined]
+        return run  # type: ignore[return-value]
+
+    return declare
 
 
 class _Verbs:
@@ -29,6 +51,7 @@ class _Verbs:
         raise NotImplementedError
 
     # -- contexts -------------------------------------------------------------------
+    @_verb(ops.append_turn)
     def append_turn(
         self,
         context_id: str,
@@ -49,22 +72,8 @@ class _Verbs:
 
         ``format="openai"``/``"anthropic"`` passes provider messages through as
         JSON (``system``: Anthropic's system argument, sent when it is new)."""
-        return self._run(
-            ops.append_turn(
-                context_id,
-                messages,
-                idempotency_key=idempotency_key,
-                expected_version=expected_version,
-                principal=principal,
-                model=model,
-                model_window=model_window,
-                task=task,
-                format=format,
-                system=system,
-            ),
-            timeout,
-        )
 
+    @_verb(ops.turn)
     def turn(
         self,
         context_id: str,
@@ -97,27 +106,8 @@ class _Verbs:
         prompt passes ``without_summary_blocks=True``: that prompt carries
         the summary and plan, so the slice leaves them out and each request
         holds them once."""
-        return self._run(
-            ops.turn(
-                context_id,
-                messages,
-                since_version=since_version,
-                since_incarnation=since_incarnation,
-                format=format,
-                cache_breakpoint=cache_breakpoint,
-                page_size=page_size,
-                without_summary_blocks=without_summary_blocks,
-                idempotency_key=idempotency_key,
-                expected_version=expected_version,
-                principal=principal,
-                model=model,
-                model_window=model_window,
-                task=task,
-                system=system,
-            ),
-            timeout,
-        )
 
+    @_verb(ops.slice_)
     def slice(
         self,
         context_id: str,
@@ -146,21 +136,8 @@ class _Verbs:
         ``"openai_responses"`` gives Responses input items, those added in
         that format exactly as added. ``last_n``: only the last N messages
         (the summary and plan blocks still lead)."""
-        return self._run(
-            ops.slice_(
-                context_id,
-                since_version=since_version,
-                since_incarnation=since_incarnation,
-                format=format,
-                consistency=consistency,
-                page_size=page_size,
-                cache_breakpoint=cache_breakpoint,
-                without_summary_blocks=without_summary_blocks,
-                last_n=last_n,
-            ),
-            timeout,
-        )
 
+    @_verb(ops.get)
     def get(
         self,
         context_id: str,
@@ -172,16 +149,13 @@ class _Verbs:
     ) -> pb.GetContextResponse:
         """The whole record (``.context``, all messages; the last ``last_n``
         when given) and ``.info``."""
-        return self._run(
-            ops.get(context_id, consistency=consistency, page_size=page_size, last_n=last_n),
-            timeout,
-        )
 
+    @_verb(ops.info)
     def info(
         self, context_id: str, *, consistency: int | str | None = None, timeout: float | None = None
-    ) -> pb.ContextInfo:
-        return self._run(ops.info(context_id, consistency=consistency), timeout)
+    ) -> pb.ContextInfo: ...
 
+    @_verb(ops.list_contexts)
     def list_contexts(
         self,
         *,
@@ -192,16 +166,8 @@ class _Verbs:
         timeout: float | None = None,
     ) -> list[pb.ContextInfo]:
         """Contexts in id order; ``id_prefix``: only ids starting with it."""
-        return self._run(
-            ops.list_contexts(
-                kind=kind,
-                include_archived=include_archived,
-                page_size=page_size,
-                id_prefix=id_prefix,
-            ),
-            timeout,
-        )
 
+    @_verb(ops.truncate)
     def truncate(
         self,
         context_id: str,
@@ -215,17 +181,8 @@ class _Verbs:
         """Remove the last ``count`` live messages (or all after
         ``after_message_id``) in one change, and return them. Not retried:
         pass ``expected_version`` to make a retry safe."""
-        return self._run(
-            ops.truncate(
-                context_id,
-                count=count,
-                after_message_id=after_message_id,
-                expected_version=expected_version,
-                format=format,
-            ),
-            timeout,
-        )
 
+    @_verb(ops.create_context)
     def create_context(
         self,
         context_id: str,
@@ -237,18 +194,13 @@ class _Verbs:
         timeout: float | None = None,
     ) -> pb.CreateContextResponse:
         """Make an empty conversation exist (``.created`` False if it did)."""
-        return self._run(
-            ops.create_context(
-                context_id, principal=principal, model=model, model_window=model_window, task=task
-            ),
-            timeout,
-        )
 
+    @_verb(ops.delete)
     def delete(
         self, context_id: str, *, expected_version: int | None = None, timeout: float | None = None
-    ) -> bool:
-        return self._run(ops.delete(context_id, expected_version=expected_version), timeout)
+    ) -> bool: ...
 
+    @_verb(agent_ops.compact)
     def compact(
         self,
         context_id: str,
@@ -258,18 +210,9 @@ class _Verbs:
         instructions: str = "",
         summariser: str = "",
         timeout: float | None = None,
-    ) -> pb.CompactResponse:
-        return self._run(
-            agent_ops.compact(
-                context_id,
-                keep_last=keep_last,
-                target_tokens=target_tokens,
-                instructions=instructions,
-                summariser=summariser,
-            ),
-            timeout,
-        )
+    ) -> pb.CompactResponse: ...
 
+    @_verb(agent_ops.plan_compaction)
     def plan_compaction(
         self,
         context_id: str,
@@ -277,12 +220,9 @@ class _Verbs:
         keep_last: int = 0,
         target_tokens: int = 0,
         timeout: float | None = None,
-    ) -> pb.PlanCompactionResponse:
-        return self._run(
-            agent_ops.plan_compaction(context_id, keep_last=keep_last, target_tokens=target_tokens),
-            timeout,
-        )
+    ) -> pb.PlanCompactionResponse: ...
 
+    @_verb(agent_ops.apply_compaction)
     def apply_compaction(
         self,
         context_id: str,
@@ -292,8 +232,8 @@ class _Verbs:
         timeout: float | None = None,
     ) -> pb.ApplyCompactionResponse:
         """``answer`` is the summariser's JSON (a dict is serialised) or plain text."""
-        return self._run(agent_ops.apply_compaction(context_id, plan_ref, answer), timeout)
 
+    @_verb(agent_ops.expand_compaction)
     def expand_compaction(
         self,
         context_id: str,
@@ -303,10 +243,8 @@ class _Verbs:
         timeout: float | None = None,
     ) -> pb.ExpandCompactionResponse:
         """The messages one compaction folded (all pages) and its record."""
-        return self._run(
-            agent_ops.expand_compaction(context_id, compaction_id, page_size=page_size), timeout
-        )
 
+    @_verb(agent_ops.update_plan)
     def update_plan(
         self,
         context_id: str,
@@ -320,19 +258,8 @@ class _Verbs:
         timeout: float | None = None,
     ) -> pb.UpdatePlanResponse:
         """Exactly one plan operation, as a dict in the proto's shape."""
-        return self._run(
-            agent_ops.update_plan(
-                context_id,
-                create=create,
-                update=update,
-                insert=insert,
-                move=move,
-                clear=clear,
-                expected_version=expected_version,
-            ),
-            timeout,
-        )
 
+    @_verb(agent_ops.report_run)
     def report_run(
         self,
         context_id: str,
@@ -344,11 +271,8 @@ class _Verbs:
         timeout: float | None = None,
     ) -> pb.ReportRunResponse:
         """``kind`` "run"/"subagent"/"task"; ``outcome`` "succeeded"/"failed"/"cancelled"."""
-        return self._run(
-            agent_ops.report_run(context_id, kind=kind, id=id, outcome=outcome, reason=reason),
-            timeout,
-        )
 
+    @_verb(agent_ops.set_preflight)
     def set_preflight(
         self,
         context_id: str,
@@ -356,29 +280,27 @@ class _Verbs:
         *,
         expected_version: int | None = None,
         timeout: float | None = None,
-    ) -> int:
-        return self._run(
-            agent_ops.set_preflight(context_id, verdict, expected_version=expected_version), timeout
-        )
+    ) -> int: ...
 
-    def list_skills(self, *, timeout: float | None = None) -> list[pb.SkillInfo]:
-        return self._run(agent_ops.list_skills(), timeout)
+    @_verb(agent_ops.list_skills)
+    def list_skills(self, *, timeout: float | None = None) -> list[pb.SkillInfo]: ...
 
+    @_verb(agent_ops.load_skill)
     def load_skill(
         self, context_id: str, name: str, *, timeout: float | None = None
-    ) -> pb.LoadSkillResponse:
-        return self._run(agent_ops.load_skill(context_id, name), timeout)
+    ) -> pb.LoadSkillResponse: ...
 
+    @_verb(agent_ops.unload_skill)
     def unload_skill(
         self, context_id: str, name: str, *, timeout: float | None = None
-    ) -> pb.UnloadSkillResponse:
-        return self._run(agent_ops.unload_skill(context_id, name), timeout)
+    ) -> pb.UnloadSkillResponse: ...
 
+    @_verb(agent_ops.render_prompt)
     def render_prompt(
         self, context_id: str, *, agent: str = "", timeout: float | None = None
-    ) -> pb.RenderPromptResponse:
-        return self._run(agent_ops.render_prompt(context_id, agent=agent), timeout)
+    ) -> pb.RenderPromptResponse: ...
 
+    @_verb(agent_ops.record_usage)
     def record_usage(
         self,
         context_id: str,
@@ -387,19 +309,14 @@ class _Verbs:
         output_tokens: int = 0,
         model: str = "",
         timeout: float | None = None,
-    ) -> pb.RecordUsageResponse:
-        return self._run(
-            agent_ops.record_usage(
-                context_id, input_tokens=input_tokens, output_tokens=output_tokens, model=model
-            ),
-            timeout,
-        )
+    ) -> pb.RecordUsageResponse: ...
 
     # -- memory ---------------------------------------------------------------------
+    @_verb(agent_ops.memory_get)
     def memory_get(self, key: str, *, timeout: float | None = None) -> mpb.MemoryRecord:
         """The live record (NotFound when there is none); ``json.loads(r.value_json)``."""
-        return self._run(agent_ops.memory_get(key), timeout)
 
+    @_verb(agent_ops.memory_set)
     def memory_set(
         self,
         key: str,
@@ -413,24 +330,13 @@ class _Verbs:
         timeout: float | None = None,
     ) -> mpb.MemoryRecord:
         """Stores ``value`` as JSON, or ``value_json`` byte for byte."""
-        return self._run(
-            agent_ops.memory_set(
-                key,
-                value,
-                value_json=value_json,
-                ttl_seconds=ttl_seconds,
-                expected_version=expected_version,
-                create_only=create_only,
-                by=by,
-            ),
-            timeout,
-        )
 
+    @_verb(agent_ops.memory_delete)
     def memory_delete(
         self, key: str, *, expected_version: str = "", timeout: float | None = None
-    ) -> bool:
-        return self._run(agent_ops.memory_delete(key, expected_version=expected_version), timeout)
+    ) -> bool: ...
 
+    @_verb(agent_ops.memory_list)
     def memory_list(
         self,
         prefix: str = "",
@@ -440,6 +346,3 @@ class _Verbs:
         timeout: float | None = None,
     ) -> list[mpb.MemoryRecord]:
         """Every live record under ``prefix`` (all pages), in key order."""
-        return self._run(
-            agent_ops.memory_list(prefix, include_values=include_values, limit=limit), timeout
-        )

@@ -3,7 +3,7 @@
 import { toJson, type DescMessage } from "@bufbuild/protobuf";
 import { CtxdError } from "./errors.js";
 import * as pb from "./gen/ctxd/v1/context_pb.js";
-import type { Slice, SliceChange } from "./index.js";
+import type { Slice, SliceChange } from "./types.js";
 
 /** A provider's own message shape, passed through as JSON. */
 export type ProviderFormat = "openai" | "anthropic" | "openai_responses";

@@ -2,7 +2,7 @@
 
 ctxd finds this module through the ``ctxd.plugins`` entry point (see
 pyproject.toml) and calls the two hook implementations that
-:func:`ctxd_sidecar.storeplugin.store_hooks` makes from :func:`open_dir`.
+:func:`ctxd_sidecar.plugin.store_hooks` makes from :func:`open_dir`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ its URI so the entry point and hooks are tested too."""
 
 import pytest
 
-from ctxd_sidecar.plugins import open_store
+from ctxd_sidecar.plugin import open_store
 from ctxd_sidecar.testing.store_conformance import StoreConformance
 
 

@@ -33,15 +33,24 @@ Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 
 class S3Options(StoreOptions):
+    """URI query options of an ``s3://`` store (all optional)."""
+
+    #: URL of an S3-compatible server (MinIO, R2, Ceph…, which must support
+    #: conditional writes); unset: AWS S3.
     endpoint_url: str | None = None
+    #: The bucket's region; unset: boto3's (``AWS_REGION``, the profile).
     region: str | None = None
     #: False when the role may not list the bucket (the sidecar keeps an index).
     list: bool = True
+    #: Bucket in the path or in the host name; S3-compatible servers often need ``path``.
     addressing_style: Literal["auto", "path", "virtual"] = "auto"
+    #: Seconds to wait for a connection.
     connect_timeout: Seconds = 2.0
+    #: Seconds to wait for an answer.
     read_timeout: Seconds = 10.0
     #: Attempts in all, the first included (standard retry mode).
     max_attempts: Annotated[int, Field(gt=0, strict=False)] = 4
+    #: A named profile of the AWS config files for credentials; unset: boto3's chain.
     profile: str | None = None
 
 

@@ -246,7 +246,7 @@ class SkillsConfig(Table):
 
 
 class PromptConfig(Table):
-    #: Markdown template file replacing the built-in one (sidecar/prompts/system.md);
+    #: Markdown template file replacing the built-in one (sidecar/ctxd_sidecar/prompts/system.md);
     #: checked when the config is loaded, re-read when a prefix is rebuilt.
     template_file: str = ""
     #: Operator instruction inserted where the template says ``{{instruction}}``.

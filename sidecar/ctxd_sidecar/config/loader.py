@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 
 Path = tuple[str, ...]
 
-#: ``CTXD_*`` variables that are not settings (no warning for them).
 #: ``CTXD_*`` variables that are not server settings: the config file's path,
 #: test hooks (ctxd_sidecar.core.faults) and the admin client's connection
 #: (ctxd_sidecar.admin), which may share the server container's environment.

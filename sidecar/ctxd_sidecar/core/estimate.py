@@ -1,4 +1,4 @@
-"""ctxd's token estimate, the one used everywhere (SPEC §2).
+"""ctxd's token estimate, the one used everywhere.
 
 Provider-independent and cheap: ``ceil(chars / 4)`` per text (Unicode code
 points) plus :data:`MESSAGE_OVERHEAD` per message; JSON (tool arguments,

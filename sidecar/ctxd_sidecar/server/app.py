@@ -122,7 +122,7 @@ class Sidecar:
         layers += [self.gate, Decode()]
         # A write may commit on the event loop only while no other call waits for it.
         self.storage.idle = self.gate.alone
-        # Every service is registered through the pipeline (see interceptors).
+        # Every service is registered through the pipeline of layers (server/layers/).
         registrar = Registrar(self.server, Pipeline(layers))
         add_service(registrar, self.memory, memory_pb2.DESCRIPTOR.services_by_name["MemoryService"])
         add_service(

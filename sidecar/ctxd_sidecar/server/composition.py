@@ -2,8 +2,12 @@
 
 :func:`build` goes store → storage view → domain services → summarisers →
 skills catalogue, and :func:`servicers` puts the gRPC adapters over them.
-Nothing else constructs domain objects, so this module is where a new
-service, store or summariser is wired in (see docs/architecture.md).
+This module is where a new service, store or summariser is wired in (see
+docs/architecture.md). Two builders sit elsewhere: the servicer builds
+:class:`~ctxd_sidecar.core.contexts.truncation.TranscriptEdits`
+(:class:`~ctxd_sidecar.server.context_edits.ContextEdits`), and ``ctxd
+migrate`` builds its own stores and :class:`~ctxd_sidecar.core.migrate.Migration`
+(:mod:`ctxd_sidecar.cli`).
 """
 
 from __future__ import annotations

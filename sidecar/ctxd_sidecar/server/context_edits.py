@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from functools import cached_property
 
+import grpc
+
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 from ctxd_sidecar.core.contexts.truncation import TranscriptEdits
 from ctxd_sidecar.core.errors import InvalidArgument
@@ -21,14 +23,16 @@ from ctxd_sidecar.server.context_convert import (
 
 
 class ContextEdits:
-    """TruncateContext and CreateContext."""
+    """TruncateContext and CreateContext, mixed into :class:`ContextServicer`;
+    it builds their use case, :class:`TranscriptEdits`, from the servicer's
+    ``contexts`` and ``turns``."""
 
     @cached_property
     def edits(self) -> TranscriptEdits:
         return TranscriptEdits(self.contexts, self.turns)
 
     async def TruncateContext(
-        self, request: pb.TruncateContextRequest, context
+        self, request: pb.TruncateContextRequest, context: grpc.aio.ServicerContext
     ) -> pb.TruncateContextResponse:
         fmt = FORMAT_FROM_PB.get(request.format)
         if fmt is None:
@@ -55,7 +59,7 @@ class ContextEdits:
         return resp
 
     async def CreateContext(
-        self, request: pb.CreateContextRequest, context
+        self, request: pb.CreateContextRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateContextResponse:
         created, info = await self.edits.create(
             request.context_id,

@@ -2,13 +2,18 @@
 
 Each method converts the request to domain terms (:mod:`.context_convert`),
 calls the use case the composition root handed in, and converts the answer
-back. Every rule lives in :mod:`ctxd_sidecar.core.contexts`; domain errors become
-statuses in :mod:`ctxd_sidecar.server.layers`.
+back; domain errors become statuses in :mod:`ctxd_sidecar.server.layers`.
+The rules of changes live in :mod:`ctxd_sidecar.core.contexts`. Those of a
+read do not yet: which request fields go together (:func:`_read_of`), the
+JSON page budget (:func:`_json_page`) and the choice between the transcript
+pager and the provider pager (``_answer``) are decided here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import grpc
 
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 from ctxd_sidecar.api.ctxd.v1 import context_pb2_grpc
@@ -171,6 +176,10 @@ def _serialized(reply: pb.GetContextResponse | bytes) -> bytes:
 
 
 class ContextServicer(ContextEdits, context_pb2_grpc.ContextServiceServicer):
+    """``ctxd.v1.ContextService`` over the contexts room's use cases, each
+    handed in by the composition root (TruncateContext and CreateContext are
+    in :class:`ContextEdits`)."""
+
     def __init__(
         self,
         *,
@@ -192,7 +201,7 @@ class ContextServicer(ContextEdits, context_pb2_grpc.ContextServiceServicer):
 
     # -- turns and reads -----------------------------------------------------------------------
     async def AppendTurn(
-        self, request: pb.AppendTurnRequest, context
+        self, request: pb.AppendTurnRequest, context: grpc.aio.ServicerContext
     ) -> pb.AppendTurnResponse | bytes:
         read = _turn_read(request) if request.HasField("read") else None
         messages, origins = turn_messages(request)
@@ -243,7 +252,9 @@ class ContextServicer(ContextEdits, context_pb2_grpc.ContextServiceServicer):
             reply.SerializeToString(), pb.AppendTurnResponse.READ_FIELD_NUMBER, _serialized(answer)
         )
 
-    async def GetContext(self, request: pb.GetContextRequest, context) -> pb.GetContextResponse:
+    async def GetContext(
+        self, request: pb.GetContextRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetContextResponse:
         read = _read_of(request)
         st = await self.contexts.get(request.context_id, latest=read.latest)
         return self._answer(read, st)
@@ -295,7 +306,7 @@ class ContextServicer(ContextEdits, context_pb2_grpc.ContextServiceServicer):
         return wire.slice_reply(resp, blocks, page.messages)
 
     async def ListContexts(
-        self, request: pb.ListContextsRequest, context
+        self, request: pb.ListContextsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListContextsResponse:
         kind = KIND_FROM_PB.get(request.kind)
         if kind is None:
@@ -312,12 +323,14 @@ class ContextServicer(ContextEdits, context_pb2_grpc.ContextServiceServicer):
         )
 
     async def DeleteContext(
-        self, request: pb.DeleteContextRequest, context
+        self, request: pb.DeleteContextRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteContextResponse:
         deleted = await self.deletion.delete(request.context_id, expected_version(request))
         return pb.DeleteContextResponse(deleted=deleted)
 
-    async def RecordUsage(self, request: pb.RecordUsageRequest, context) -> pb.RecordUsageResponse:
+    async def RecordUsage(
+        self, request: pb.RecordUsageRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RecordUsageResponse:
         est, ratio = await self.contexts.record_usage(
             request.context_id, request.input_tokens, request.output_tokens, request.model
         )
@@ -325,7 +338,7 @@ class ContextServicer(ContextEdits, context_pb2_grpc.ContextServiceServicer):
 
     # -- compaction ----------------------------------------------------------------------------
     async def PlanCompaction(
-        self, request: pb.PlanCompactionRequest, context
+        self, request: pb.PlanCompactionRequest, context: grpc.aio.ServicerContext
     ) -> pb.PlanCompactionResponse:
         p = await self.compactor.plan(request.context_id, request.keep_last, request.target_tokens)
         return pb.PlanCompactionResponse(
@@ -343,12 +356,14 @@ class ContextServicer(ContextEdits, context_pb2_grpc.ContextServiceServicer):
         )
 
     async def ApplyCompaction(
-        self, request: pb.ApplyCompactionRequest, context
+        self, request: pb.ApplyCompactionRequest, context: grpc.aio.ServicerContext
     ) -> pb.ApplyCompactionResponse:
         applied = await self.compactor.apply(request.context_id, request.plan_ref, request.answer)
         return applied_pb(applied, self._record(applied.record))
 
-    async def Compact(self, request: pb.CompactRequest, context) -> pb.CompactResponse:
+    async def Compact(
+        self, request: pb.CompactRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CompactResponse:
         r = await self.compactor.compact(
             request.context_id,
             request.keep_last,
@@ -374,7 +389,7 @@ class ContextServicer(ContextEdits, context_pb2_grpc.ContextServiceServicer):
         return self.contexts.compaction_info(record) if record is not None else None
 
     async def ExpandCompaction(
-        self, request: pb.ExpandCompactionRequest, context
+        self, request: pb.ExpandCompactionRequest, context: grpc.aio.ServicerContext
     ) -> pb.ExpandCompactionResponse:
         record, messages, token = await self.contexts.expand(
             request.context_id, request.compaction_id, request.page_size, request.page_token
@@ -384,7 +399,9 @@ class ContextServicer(ContextEdits, context_pb2_grpc.ContextServiceServicer):
             fill_msg_pb(resp.messages.add(), m)
         return resp
 
-    async def WatchContext(self, request: pb.WatchContextRequest, context):
+    async def WatchContext(
+        self, request: pb.WatchContextRequest, context: grpc.aio.ServicerContext
+    ):
         sub = await self.contexts.watch(request.context_id)
         last = ""
         try:
@@ -401,14 +418,18 @@ class ContextServicer(ContextEdits, context_pb2_grpc.ContextServiceServicer):
             raise Unavailable("server is stopping; watch again once it is back")
 
     # -- plan and preflight --------------------------------------------------------------------
-    async def UpdatePlan(self, request: pb.UpdatePlanRequest, context) -> pb.UpdatePlanResponse:
+    async def UpdatePlan(
+        self, request: pb.UpdatePlanRequest, context: grpc.aio.ServicerContext
+    ) -> pb.UpdatePlanResponse:
         edit = plan_edit_from_pb(request)
         result = await self.planning.update_plan(
             request.context_id, edit, expected_version=expected_version(request)
         )
         return pb.UpdatePlanResponse(version=result.version, plan=plan_or_none_pb(result.plan))
 
-    async def ReportRun(self, request: pb.ReportRunRequest, context) -> pb.ReportRunResponse:
+    async def ReportRun(
+        self, request: pb.ReportRunRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReportRunResponse:
         if not request.HasField("binding"):
             raise InvalidArgument("binding", "must name the run, subagent or task")
         binding = binding_from_pb(request.binding, "binding")
@@ -423,7 +444,7 @@ class ContextServicer(ContextEdits, context_pb2_grpc.ContextServiceServicer):
         )
 
     async def SetPreflight(
-        self, request: pb.SetPreflightRequest, context
+        self, request: pb.SetPreflightRequest, context: grpc.aio.ServicerContext
     ) -> pb.SetPreflightResponse:
         version = await self.planning.set_preflight(
             request.context_id, request.verdict_json, expected_version=expected_version(request)
@@ -431,7 +452,9 @@ class ContextServicer(ContextEdits, context_pb2_grpc.ContextServiceServicer):
         return pb.SetPreflightResponse(version=version)
 
     # -- skills and prompt ---------------------------------------------------------------------
-    async def ListSkills(self, request: pb.ListSkillsRequest, context) -> pb.ListSkillsResponse:
+    async def ListSkills(
+        self, request: pb.ListSkillsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListSkillsResponse:
         return pb.ListSkillsResponse(
             skills=[
                 pb.SkillInfo(
@@ -445,7 +468,9 @@ class ContextServicer(ContextEdits, context_pb2_grpc.ContextServiceServicer):
             ]
         )
 
-    async def LoadSkill(self, request: pb.LoadSkillRequest, context) -> pb.LoadSkillResponse:
+    async def LoadSkill(
+        self, request: pb.LoadSkillRequest, context: grpc.aio.ServicerContext
+    ) -> pb.LoadSkillResponse:
         change = await self.skillset.load(request.context_id, request.name)
         ref = change.ref
         return pb.LoadSkillResponse(
@@ -454,12 +479,14 @@ class ContextServicer(ContextEdits, context_pb2_grpc.ContextServiceServicer):
             truncated=change.truncated,
         )
 
-    async def UnloadSkill(self, request: pb.UnloadSkillRequest, context) -> pb.UnloadSkillResponse:
+    async def UnloadSkill(
+        self, request: pb.UnloadSkillRequest, context: grpc.aio.ServicerContext
+    ) -> pb.UnloadSkillResponse:
         change = await self.skillset.unload(request.context_id, request.name)
         return pb.UnloadSkillResponse(version=change.version, unloaded=change.changed)
 
     async def RenderPrompt(
-        self, request: pb.RenderPromptRequest, context
+        self, request: pb.RenderPromptRequest, context: grpc.aio.ServicerContext
     ) -> pb.RenderPromptResponse:
         out = await self.skillset.render(request.context_id, request.agent)
         p = out.prompt

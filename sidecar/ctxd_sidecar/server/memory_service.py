@@ -1,10 +1,13 @@
 """gRPC adapter for ``ctxd.v1.MemoryService`` over :mod:`ctxd_sidecar.core.memory`.
 
 Converts protobuf <-> domain objects and nothing else; validation, storage
-and errors live in the core (errors become statuses in the interceptor).
+and errors live in the core (errors become statuses in
+:mod:`ctxd_sidecar.server.layers`).
 """
 
 from __future__ import annotations
+
+import grpc
 
 from ctxd_sidecar.api.ctxd.v1 import memory_pb2, memory_pb2_grpc
 from ctxd_sidecar.core.memory import Memory, MemoryRecord, SetRequest
@@ -39,21 +42,32 @@ def _set_request(request: memory_pb2.SetRequest) -> SetRequest:
 
 
 class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
+    """``ctxd.v1.MemoryService`` over one :class:`Memory`: each method turns
+    the request into the domain's call and its answer into the response."""
+
     def __init__(self, memory: Memory) -> None:
         self.memory = memory
 
-    async def Get(self, request, context):  # noqa: N802 - gRPC method name
+    async def Get(
+        self, request: memory_pb2.GetRequest, context: grpc.aio.ServicerContext
+    ) -> memory_pb2.GetResponse:
         return _GetResponse(record=_to_pb(await self.memory.get(request.key)))
 
-    async def Set(self, request, context):  # noqa: N802
+    async def Set(
+        self, request: memory_pb2.SetRequest, context: grpc.aio.ServicerContext
+    ) -> memory_pb2.SetResponse:
         rec = await self.memory.write(_set_request(request))
         return _SetResponse(record=_to_pb(rec))
 
-    async def Delete(self, request, context):  # noqa: N802
+    async def Delete(
+        self, request: memory_pb2.DeleteRequest, context: grpc.aio.ServicerContext
+    ) -> memory_pb2.DeleteResponse:
         deleted = await self.memory.delete(request.key, expected_version=request.expected_version)
         return _DeleteResponse(deleted=deleted)
 
-    async def List(self, request, context):  # noqa: N802
+    async def List(
+        self, request: memory_pb2.ListRequest, context: grpc.aio.ServicerContext
+    ) -> memory_pb2.ListResponse:
         page = await self.memory.list(
             request.prefix,
             limit=request.limit,

@@ -43,7 +43,7 @@ class Tracing:
         self.tracer = self.provider.get_tracer("ctxd")
         self._trace, self._context = trace, context
 
-    # -- RPCs (called by the service interceptor) -----------------------------------------
+    # -- RPCs (called by the calls layer, server/layers/calls.py) -------------------------
     def start_rpc(self, service: str, method: str) -> tuple[Any, object]:
         span = self.tracer.start_span(
             f"{service}/{method}",

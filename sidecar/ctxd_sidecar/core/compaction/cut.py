@@ -67,7 +67,7 @@ from typing import Literal
 from ctxd_sidecar.core import errors
 from ctxd_sidecar.core.compaction.view import MessageView, binds_next
 
-#: Messages kept verbatim unless the caller says otherwise (SPEC §3).
+#: Messages kept verbatim unless the caller says otherwise (``contexts.keep_last``).
 DEFAULT_KEEP_LAST = 12
 #: ``target_tokens`` never folds the tail below this many messages.
 MIN_KEPT_WITH_TARGET = 2

@@ -1,4 +1,4 @@
-"""The artifact ledger: verbatim artifacts of folded messages (SPEC §8).
+"""The artifact ledger: verbatim artifacts of folded messages.
 
 Summaries keep few file paths and almost no commands, so ctxd itself —
 never the summariser — pulls the artifacts out of the messages it folds and

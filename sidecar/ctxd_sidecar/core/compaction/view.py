@@ -99,7 +99,8 @@ class ToolCallData:
 
 @dataclass(frozen=True, slots=True)
 class MessageData:
-    """A plain :class:`MessageView`; ``tokens`` defaults to the SPEC estimate."""
+    """A plain :class:`MessageView`; ``tokens`` defaults to ctxd's estimate
+    (:func:`ctxd_sidecar.core.estimate.estimate_message`)."""
 
     kind: str
     id: str

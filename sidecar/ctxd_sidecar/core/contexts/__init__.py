@@ -6,15 +6,26 @@ holds the transcript, the summary block, the loaded skill set, the plan, the
 last preflight verdict, token counters and bookkeeping (see
 :class:`~ctxd_sidecar.core.contexts.model.ContextState`).
 
-Modules: :mod:`.model` (record and messages), :mod:`.tokens` (estimates,
-model windows, calibration), :mod:`.ops` (log records and how they apply),
-:mod:`.persistence` (the store layout), :mod:`.janitor` (background
-clean-up), :mod:`.registry` (the in-memory LRU), :mod:`.validate` (input
-checks), :mod:`.service` (load, commit, read), :mod:`.events` (the feed
-listeners and watchers follow), and one module per use case:
-:mod:`.turns`, :mod:`.listing`, :mod:`.deletion`, :mod:`.expiry`,
-:mod:`.checkpoints`, :mod:`.compaction`, :mod:`.auto`, :mod:`.planning`,
-:mod:`.skillset`.
+Modules, from the use cases down to the record:
+
+* one module per use case: :mod:`.turns` (AppendTurn), :mod:`.views`
+  (paged and incremental reads), :mod:`.listing`, :mod:`.deletion`,
+  :mod:`.expiry`, :mod:`.truncation` (TruncateContext and CreateContext),
+  :mod:`.compaction` (plan, apply, compact) with :mod:`.planref` (its
+  stateless plan reference) and :mod:`.auto` (the automatic trigger),
+  :mod:`.planning` (plan and preflight), :mod:`.skillset`;
+* :mod:`.service`: the record keeper (load, catch up, read, watch);
+  :mod:`.transaction`: the one commit protocol every change goes through;
+* beside them: :mod:`.checkpoints` (background segment + head writes),
+  :mod:`.archive` (compaction records, ExpandCompaction), :mod:`.events`
+  (the feed listeners and watchers follow), :mod:`.janitor` (background
+  clean-up), :mod:`.registry` (the in-memory LRU);
+* the stored form: :mod:`.persistence` (the layout below), :mod:`.head`
+  (a head's fields), :mod:`.segments` (a sealed segment's columns);
+* the parts: :mod:`.ops` (log records and how they apply), :mod:`.calls`
+  (tool calls and their results), :mod:`.tokens` (estimates, model windows,
+  calibration), :mod:`.validate` (input checks), and :mod:`.model` (the
+  record and its messages).
 
 Durable layout
 ==============

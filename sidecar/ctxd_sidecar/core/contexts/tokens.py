@@ -53,7 +53,7 @@ MIN_SAMPLE_TOKENS = 64
 
 
 def window_for_model(name: str, default: int = DEFAULT_MODEL_WINDOW) -> int:
-    """The context window of a model by name (SPEC §2 table), else ``default``."""
+    """The context window of a model by name (:data:`_WINDOWS`), else ``default``."""
     n = name.strip().lower()
     if not n:
         return default

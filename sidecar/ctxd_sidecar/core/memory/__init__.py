@@ -1,4 +1,4 @@
-"""Agent memory: a durable JSON key/value space per instance (SPEC section 5).
+"""Agent memory: a durable JSON key/value space per instance.
 
 :class:`Memory` validates every request (key rules, strict JSON, value cap,
 TTL, paging) and hands it to a backend: :class:`StoreMemory` keeps records

@@ -1,6 +1,6 @@
 """System-prompt assembly with a cache-stable, frozen prefix.
 
-One template (``sidecar/prompts/system.md``, or ``prompt.template_file``)
+One template (``sidecar/ctxd_sidecar/prompts/system.md``, or ``prompt.template_file``)
 assembles the base instruction, the skills catalogue, the loaded skill
 bodies, the summary and the plan, most stable first.
 

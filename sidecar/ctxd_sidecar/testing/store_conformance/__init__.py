@@ -23,7 +23,7 @@ place (same directory, bucket, …), so the suite can close a store and open
 it again. The fixture may use any other fixture (a server, a bucket); a
 factory going through the plugin's URI tests the registration too::
 
-    from ctxd_sidecar.plugins import open_store
+    from ctxd_sidecar.plugin import open_store
 
     @pytest.fixture
     def make_store(self, tmp_path):
