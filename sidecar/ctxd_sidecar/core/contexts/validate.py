@@ -85,62 +85,65 @@ def turn(
         )
     seen_calls: set[str] = set()
     for i, m in enumerate(messages):
-        where = f"messages[{i}]"
-        if m.kind not in KINDS:
+        _message(m, f"messages[{i}]", max_message_bytes, seen_calls)
+
+
+def _message(m: Msg, where: str, max_message_bytes: int, seen_calls: set[str]) -> None:
+    """One message of a turn: its envelope, sizes and native payload, then
+    what its kind carries."""
+    if m.kind not in KINDS:
+        raise InvalidArgument(
+            where, "has no kind; set one of system, user, assistant, tool or note"
+        )
+    if m.ts < 0:
+        raise InvalidArgument(f"{where}.ts_ms", "must not be negative")
+    if m.native is not None and not 1 <= len(m.native.format) <= MAX_NATIVE_FORMAT:
+        raise InvalidArgument(
+            f"{where}.native.format",
+            f"must name the payload's shape in 1-{MAX_NATIVE_FORMAT} characters",
+        )
+    carried = m.carried_bytes
+    if carried > max_message_bytes:
+        limit = f"contexts.max_message_bytes is {max_message_bytes}"
+        raise InvalidArgument(where, f"is {carried} bytes of text/JSON; {limit}")
+    size = m.size_bytes
+    if size * JSON_ESCAPE_MAX > MAX_MESSAGE_JSON_BYTES:
+        escaped = json_bytes(m)
+        if escaped > MAX_MESSAGE_JSON_BYTES:
             raise InvalidArgument(
-                where, "has no kind; set one of system, user, assistant, tool or note"
+                where,
+                f"takes {escaped} bytes as JSON (a control character takes 6); a message "
+                f"may take at most {MAX_MESSAGE_JSON_BYTES}, so that a read in a JSON "
+                "format fits a default client",
             )
-        if m.ts < 0:
-            raise InvalidArgument(f"{where}.ts_ms", "must not be negative")
-        if m.native is not None and not 1 <= len(m.native.format) <= MAX_NATIVE_FORMAT:
+    if m.kind == ASSISTANT:
+        if len(m.tool_calls) > MAX_TOOL_CALLS:
             raise InvalidArgument(
-                f"{where}.native.format",
-                f"must name the payload's shape in 1-{MAX_NATIVE_FORMAT} characters",
+                f"{where}.assistant.tool_calls", f"has more than {MAX_TOOL_CALLS} calls"
             )
-        carried = m.carried_bytes
-        if carried > max_message_bytes:
-            limit = f"contexts.max_message_bytes is {max_message_bytes}"
-            raise InvalidArgument(where, f"is {carried} bytes of text/JSON; {limit}")
-        size = m.size_bytes
-        if size * JSON_ESCAPE_MAX > MAX_MESSAGE_JSON_BYTES:
-            escaped = json_bytes(m)
-            if escaped > MAX_MESSAGE_JSON_BYTES:
-                raise InvalidArgument(
-                    where,
-                    f"takes {escaped} bytes as JSON (a control character takes 6); a message "
-                    f"may take at most {MAX_MESSAGE_JSON_BYTES}, so that a read in a JSON "
-                    "format fits a default client",
-                )
-        if m.kind == ASSISTANT:
-            if len(m.tool_calls) > MAX_TOOL_CALLS:
-                raise InvalidArgument(
-                    f"{where}.assistant.tool_calls", f"has more than {MAX_TOOL_CALLS} calls"
-                )
-            for j, call in enumerate(m.tool_calls):
-                cw = f"{where}.assistant.tool_calls[{j}]"
-                if not call.id:
-                    raise InvalidArgument(f"{cw}.id", "is required (the provider's call id)")
-                bounded(call.id, f"{cw}.id", MAX_ID_CHARS)
-                if call.id in seen_calls:
-                    raise InvalidArgument(f"{cw}.id", f"repeats call id {call.id!r} in this turn")
-                seen_calls.add(call.id)
-                if not call.name:
-                    raise InvalidArgument(f"{cw}.name", "is required (the tool's name)")
-                json_text(call.arguments_json, f"{cw}.arguments_json", allow_empty=True)
-        elif m.kind == TOOL:
-            if not m.call_id:
-                raise InvalidArgument(
-                    f"{where}.tool.call_id", "is required (the ToolCall.id answered)"
-                )
-            bounded(m.call_id, f"{where}.tool.call_id", MAX_ID_CHARS)
-            if m.content_json:
-                json_text(m.content, f"{where}.tool.json")
-        elif m.principal:
-            bounded(m.principal, f"{where}.user.principal", MAX_PRINCIPAL)
-        if m.native is not None and m.native.format == NATIVE_FORMAT:
-            # Read back in the message's place: it must be the same message.
-            # Other formats are the writer's own and stay opaque bytes.
-            check_native(m, f"{where}.native.data")
+        for j, call in enumerate(m.tool_calls):
+            cw = f"{where}.assistant.tool_calls[{j}]"
+            if not call.id:
+                raise InvalidArgument(f"{cw}.id", "is required (the provider's call id)")
+            bounded(call.id, f"{cw}.id", MAX_ID_CHARS)
+            if call.id in seen_calls:
+                raise InvalidArgument(f"{cw}.id", f"repeats call id {call.id!r} in this turn")
+            seen_calls.add(call.id)
+            if not call.name:
+                raise InvalidArgument(f"{cw}.name", "is required (the tool's name)")
+            json_text(call.arguments_json, f"{cw}.arguments_json", allow_empty=True)
+    elif m.kind == TOOL:
+        if not m.call_id:
+            raise InvalidArgument(f"{where}.tool.call_id", "is required (the ToolCall.id answered)")
+        bounded(m.call_id, f"{where}.tool.call_id", MAX_ID_CHARS)
+        if m.content_json:
+            json_text(m.content, f"{where}.tool.json")
+    elif m.principal:
+        bounded(m.principal, f"{where}.user.principal", MAX_PRINCIPAL)
+    if m.native is not None and m.native.format == NATIVE_FORMAT:
+        # Read back in the message's place: it must be the same message.
+        # Other formats are the writer's own and stay opaque bytes.
+        check_native(m, f"{where}.native.data")
 
 
 def tool_results_answer_calls(
