@@ -61,7 +61,8 @@ class Op:
         state = {True: "ok", False: "refused", None: "unknown"}[self.ok]
         out = f" -> {self.out!r}" if self.ok and self.f in {"read", "get", "delete"} else ""
         done = "?" if self.complete is None else f"{self.complete:.3f}"
-        return f"p{self.process} {self.f}({self.arg!r}){out} {state} [{self.invoke:.3f}, {done}]"
+        arg = "" if self.arg is None else repr(self.arg)
+        return f"p{self.process} {self.f}({arg}){out} {state} [{self.invoke:.3f}, {done}]"
 
 
 class Recorder:

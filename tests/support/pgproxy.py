@@ -9,6 +9,9 @@ Faults, per statement the client sends (a chunk holding a query message):
   and the connection is cut, so the client never hears;
 * ``drop_rate``: each statement has that chance of the same fate, with the
   cut ``hold`` seconds after the reply arrived (a slow, lossy link);
+* ``pause(marker)``: the reply to the next statement holding ``marker`` waits
+  until the returned event is set (a read that is slow exactly when a test
+  wants it to be), then is delivered;
 * ``delay``: every reply waits that long (a slow link).
 
 ``cuts`` counts replies dropped. ``stop()`` closes the listener and every
@@ -40,6 +43,10 @@ class PgProxy:
         self.cuts = 0
         self._marker: bytes | None = None
         self._before_cut: Callable[[], None] | None = None
+        self._pause_marker: bytes | None = None
+        self._release: threading.Event | None = None
+        #: Set while a paused reply is held.
+        self.paused = threading.Event()
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._sockets: set[socket.socket] = set()
@@ -53,6 +60,14 @@ class PgProxy:
     def arm(self, marker: bytes, before_cut: Callable[[], None] | None = None) -> None:
         with self._lock:
             self._marker, self._before_cut = marker, before_cut
+
+    def pause(self, marker: bytes) -> threading.Event:
+        """Hold the reply to the next statement holding ``marker`` until the
+        returned event is set; ``paused`` is set once a reply is held."""
+        release = threading.Event()
+        with self._lock:
+            self._pause_marker, self._release = marker, release
+        return release
 
     def stop(self) -> None:
         self._closed = True
@@ -77,24 +92,26 @@ class PgProxy:
             with self._lock:
                 self._sockets.update((client, server))
             # What happens to the reply to the statement last sent: None
-            # (forward it) or the callback to run before cutting.
+            # (forward it), ("cut", callback to run first) or ("pause", event).
             fate: dict = {"cut": None}
             threading.Thread(target=self._up, args=(client, server, fate), daemon=True).start()
             threading.Thread(target=self._down, args=(server, client, fate), daemon=True).start()
 
-    def _decide(self, data: bytes) -> Callable[[], None] | None:
-        """The fate of the reply to ``data``: None (forward) or what to run
-        before the connection is cut."""
+    def _decide(self, data: bytes) -> tuple | None:
+        """The fate of the reply to ``data`` (see ``_accept``)."""
         if not data.startswith(_STATEMENT):
             return None
         with self._lock:
+            if self._pause_marker is not None and self._pause_marker in data:
+                release, self._pause_marker, self._release = self._release, None, None
+                return ("pause", release)
             if self._marker is not None and self._marker in data:
                 hook = self._before_cut or (lambda: None)
                 self._marker = self._before_cut = None
-                return hook
+                return ("cut", hook)
             if self.drop_rate and self._rng.random() < self.drop_rate:
                 hold = self.hold
-                return lambda: time.sleep(hold)
+                return ("cut", lambda: time.sleep(hold))
         return None
 
     def _up(self, src: socket.socket, dst: socket.socket, fate: dict) -> None:
@@ -111,11 +128,16 @@ class PgProxy:
     def _down(self, src: socket.socket, dst: socket.socket, fate: dict) -> None:
         try:
             while data := src.recv(65536):
-                hook = fate["cut"]
-                if hook is not None:
+                action, arg = fate["cut"] or (None, None)
+                if action == "pause":
+                    fate["cut"] = None
+                    self.paused.set()
+                    arg.wait()
+                    self.paused.clear()
+                elif action == "cut":
                     with self._lock:
                         self.cuts += 1
-                    hook()  # the server answered: it ran the statement
+                    arg()  # the server answered: it ran the statement
                     break
                 if self.delay:
                     time.sleep(self.delay)
