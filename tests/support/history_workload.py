@@ -74,15 +74,33 @@ def memory_client(
 
 
 def create_memory(rec: Recorder, key: str, replica) -> None:
-    op = rec.begin(0, key, "create", "w0")
-    replica.memory.Set(
-        mpb.SetRequest(key=key, value_json=json.dumps({"n": 0, "w": "w0"}), create_only=True),
-        timeout=CALL_TIMEOUT,
-    )
-    rec.end(op, True)
+    """Create ``key`` (write id ``w0``), asking again while the outcome is unknown."""
+    body = json.dumps({"n": 0, "w": "w0"})
+    for _ in range(20):
+        op = rec.begin(0, key, "create", "w0")
+        try:
+            replica.memory.Set(
+                mpb.SetRequest(key=key, value_json=body, create_only=True), timeout=CALL_TIMEOUT
+            )
+        except grpc.RpcError as exc:
+            rec.end(op, _outcome(exc))
+            if op.ok is None:
+                continue
+            return  # refused: an attempt before this one created it
+        rec.end(op, True)
+        return
+    raise AssertionError(f"could not create {key}")
 
 
 def counter(replica, key: str) -> int:
+    """The counter in ``key`` (a read, asked again while the link loses it)."""
+    for _ in range(19):
+        try:
+            got = replica.memory.Get(mpb.GetRequest(key=key), timeout=CALL_TIMEOUT).record
+            return json.loads(got.value_json)["n"]
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                raise
     got = replica.memory.Get(mpb.GetRequest(key=key), timeout=CALL_TIMEOUT).record
     return json.loads(got.value_json)["n"]
 
