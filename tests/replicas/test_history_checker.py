@@ -83,6 +83,8 @@ def test_a_context_deleted_and_created_again():
         op(3, "get", None, 10, 11, out=("b", "c")),
     ]
     assert check({"c": good}, LOG).ok
+    refused = [*good[:2], op(1, "delete", None, 2.5, 2.6, ok=False), *good[2:]]
+    assert check({"c": refused}, LOG).ok
     stale = [*good[:5], op(3, "get", None, 10, 11, out=None)]  # NOT_FOUND after "b"
     report = check({"c": stale}, LOG)
     assert len(report.findings) == 1 and "stale read" in report.findings[0], report

@@ -120,6 +120,8 @@ def _log(state: Hashable, op: Op) -> Any:
             return state if not holds else _NO
         return (*(state or ()), text) if holds else _NO
     if op.f == "delete":
+        if op.ok is False:
+            return state  # refused: nothing deleted
         if op.ok and op.out != (state is not None):
             return _NO
         return None
