@@ -2,9 +2,11 @@
 :mod:`ctxd_plugins.postgres`.
 
 Every operation is one indexed statement in its own transaction. Versions
-are random tokens chosen by the writer, so when a connection drops after a
-write was sent, the retry (same token) tells "mine landed" from "someone
-else's" by reading the version back, never by comparing content.
+are random tokens chosen by the writer, and each row keeps the last versions
+it replaced (see :mod:`.schema`), so when a connection drops after a write
+was sent, the store reads the row back and tells "mine landed" (even when
+another replica has written on top since) from "someone else's" by that
+token, never by comparing content.
 """
 
 from __future__ import annotations
@@ -115,21 +117,55 @@ class PostgresStore(Store):
             raise error from None
 
     def _write(self, name: str, params: dict[str, Any]) -> bool:
-        """A write that is retried once on a fresh connection if the first
-        was lost; whether it wrote a row (for conditional writes, whether the
-        precondition held). The version token in ``params`` identifies it."""
+        """A write that, if its connection was lost, learns what became of
+        it and is sent again only when it did not land; whether it wrote a
+        row (for conditional writes, whether the precondition held).
+
+        The version token in ``params`` identifies it: it is the row's
+        version, or in the row's ``replaced`` list when another writer
+        replaced it since. Content is never evidence."""
         try:
             return bool(self._run(name, params))
-        except ConnectionLost:
-            pass
-        # The first attempt may or may not have committed.
-        if self._run(name, params):
-            return True
-        return self._current_version(params["key"]) == params.get("version", object())
+        except ConnectionLost as exc:
+            lost = exc
+        for _ in range(RESENDS):
+            try:
+                # The attempt before may or may not have committed.
+                landed = self._settle(name, params)
+                if landed is None:
+                    landed = bool(self._run(name, params)) or self._settle(name, params)
+                if landed is not None:
+                    return landed
+            except ConnectionLost as exc:
+                lost = exc
+        raise lost
 
-    def _current_version(self, key: bytes) -> str | None:
-        rows = self._run("version", {"key": key})
-        return rows[0][0] if rows else None
+    def _settle(self, name: str, params: dict[str, Any]) -> bool | None:
+        """Whether the write ``params`` names was applied (True), refused
+        (False) or not yet seen (None: send it again), read from the row as
+        it is now; StoreUnavailable when the row can no longer tell."""
+        rows = self._run("lineage", {"key": params["key"]})
+        version, replaced = (rows[0][0], rows[0][1] or []) if rows else (None, [])
+        mine = params.get("version")
+        if mine is not None and (version == mine or mine in replaced):
+            return True
+        if name == "delete":
+            return True if version is None else None
+        if name == "put" or (name == "create" and version is None):
+            return None  # not there: sending it again is safe
+        if name == "create":
+            return False  # someone else's row
+        expected = params["if_version"]
+        if version == expected:
+            return None  # still the version the write expects
+        if name == "delete_if" and version is None:
+            return True  # gone: by this delete or another of the same version
+        if expected in replaced:
+            return False  # replaced by others, and ours is not among them
+        raise StoreUnavailable(
+            "the connection to the database dropped during a conditional write, and the "
+            "row has changed too much since to tell whether that write was applied"
+        )
 
     # -- the store interface --------------------------------------------------------------
     def get(self, key: str) -> Item | None:
@@ -166,15 +202,7 @@ class PostgresStore(Store):
             self._write("delete", params)
             return
         params["if_version"] = if_version
-        try:
-            deleted = bool(self._run("delete_if", params))
-        except ConnectionLost:
-            # Lost before the answer: gone now means gone by this delete
-            # (or by another one of the same version).
-            deleted = (
-                bool(self._run("delete_if", params)) or self._current_version(params["key"]) is None
-            )
-        if not deleted:
+        if not self._write("delete_if", params):
             raise PreconditionFailed("version does not match")
 
     def list(self, prefix, *, start_after="", limit=None) -> list[str]:
@@ -211,6 +239,9 @@ class PostgresStore(Store):
 
 
 _WRITES = ("put", "create", "replace", "delete", "delete_if")
+#: Times a write whose connection dropped is sent again (each after reading
+#: what became of the one before).
+RESENDS = 2
 
 
 class ConnectionLost(StoreUnavailable):

@@ -179,13 +179,17 @@ class ContextService:
     async def read(self, cid: str, *, latest: bool = False) -> ContextState | None:
         """The context's state; with ``latest`` on a shared store, first
         checked against the store (one small read: the next log record)."""
+        latest = latest and self.storage.shared
         async with self.registry.use(cid) as e:
-            if e.state is None or e.stale:
+            if e.state is None or e.stale or latest:
                 async with e.lock:
-                    await self.load(e)
-            elif latest and self.storage.shared:
-                async with e.lock:
-                    await self.catch_up(e)
+                    # Decided under the lock: a restore that finished while
+                    # this call waited may have read the store before a
+                    # write this call must reflect, so its copy is checked too.
+                    if e.state is None or e.stale:
+                        await self.load(e)
+                    elif latest:
+                        await self.catch_up(e)
             return e.state
 
     async def catch_up(self, e: Entry) -> None:
