@@ -94,10 +94,11 @@ class Table(BaseModel):
 class MemoryConfig(Table):
     #: Largest value, in bytes of JSON text (a value exactly this size is accepted).
     max_value_bytes: Positive = 64 * 1024
-    #: Most keys per instance (expired records count until swept; a write
-    #: that would exceed a cap sweeps them first).
+    #: Most keys per instance, all replicas sharing a store together
+    #: (expired records count until swept; a write that would exceed a cap
+    #: sweeps them first).
     max_keys: Positive = 10_000
-    #: Most bytes of values (JSON text) per instance.
+    #: Most bytes of values (JSON text) per instance, all replicas together.
     max_total_bytes: Positive = 64 * 1024 * 1024
     #: Deepest JSON nesting accepted in a value (arrays and objects).
     max_depth: Positive = 64
