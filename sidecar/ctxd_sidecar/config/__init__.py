@@ -299,6 +299,11 @@ class Config(BaseSettings):
     #: The bearer token itself, for ``CTXD_AUTH_TOKEN``; never put it in a
     #: config file that others can read.
     auth_token: str = Field(default="", repr=False)
+    #: Seconds the previous token is still accepted after ``auth_token_file``
+    #: changes (the file is re-read at most once a second while calls
+    #: arrive), so clients that re-read it later are not locked out; 0
+    #: refuses the previous token at once.
+    auth_token_grace: NonNegative = 300.0
     #: TLS certificate and key (PEM files); both empty means plaintext.
     tls_cert_file: str = ""
     tls_key_file: str = ""

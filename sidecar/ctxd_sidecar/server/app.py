@@ -33,6 +33,7 @@ from ctxd_sidecar.server.layers import (
     Layer,
     Pipeline,
     Registrar,
+    TokenFile,
 )
 from ctxd_sidecar.server.registration import add_service
 from ctxd_sidecar.store import StoreError
@@ -112,7 +113,13 @@ class Sidecar:
             Calls(None if access == "OFF" else logging.getLevelName(access), self.domain.tracing)
         ]
         if token:
-            layers.append(Auth(token))
+            layers.append(
+                Auth(
+                    TokenFile(cfg.auth_token_file, token, cfg.auth_token_grace)
+                    if cfg.auth_token_file
+                    else token
+                )
+            )
         self.gate = Gate(
             {
                 WATCH_CONTEXT: ("max_watch_streams", cfg.max_watch_streams),
