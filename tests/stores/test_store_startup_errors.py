@@ -7,12 +7,14 @@ and moto over HTTP."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
-import boto3
 import pytest
 
 from tests.conftest import free_port, s3_uri
@@ -20,13 +22,23 @@ from tests.conftest import free_port, s3_uri
 SECRET = "right-horse-battery"
 
 
-def refusal(store: str, env: dict[str, str] | None = None) -> str:
+def refusal(store: str, env: dict[str, str] | None = None, drop: tuple[str, ...] = ()) -> str:
+    environ = {k: v for k, v in os.environ.items() if k not in drop}
     proc = subprocess.run(
-        [sys.executable, "-m", "ctxd_sidecar", "serve", "--listen", "127.0.0.1:0", "--store", store],
+        [
+            sys.executable,
+            "-m",
+            "ctxd_sidecar",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--store",
+            store,
+        ],
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, **(env or {})},
+        env={**environ, **(env or {})},
     )
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = proc.stderr.splitlines()
@@ -98,4 +110,74 @@ def test_nothing_listening_is_named(pg_server):
     assert line == (
         "ctxd: cannot start: cannot open the postgres store: nothing listening at "
         f"127.0.0.1:{port} (connection refused)"
+    )
+
+
+# -- S3 ---------------------------------------------------------------------------------
+def test_missing_bucket_is_named(moto_endpoint):
+    line = refusal(s3_uri(moto_endpoint, "no-such-bucket"))
+    assert line == (
+        "ctxd: cannot start: cannot open the s3 store: S3 bucket 'no-such-bucket' does not exist"
+    )
+
+
+def test_unreachable_endpoint_is_named():
+    port = free_port()
+    line = refusal(s3_uri(f"http://127.0.0.1:{port}", "bucket"))
+    assert line == (
+        "ctxd: cannot start: cannot open the s3 store: S3 endpoint unreachable: "
+        f"nothing listening at 127.0.0.1:{port} (connection refused)"
+    )
+
+
+def test_no_credentials_is_named(moto_endpoint, s3_bucket):
+    line = refusal(
+        s3_uri(moto_endpoint, s3_bucket),
+        env={
+            "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/credentials",
+            "AWS_CONFIG_FILE": "/nonexistent/config",
+            "AWS_EC2_METADATA_DISABLED": "true",
+        },
+        drop=("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"),
+    )
+    assert line == (
+        "ctxd: cannot start: cannot open the s3 store: "
+        "no S3 credentials found (environment, profile or role)"
+    )
+
+
+@pytest.fixture
+def authenticating_moto() -> Iterator[str]:
+    """moto in server mode that checks credentials (a process of its own: the
+    setting is read once per process)."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "moto did not start"
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_unknown_access_key_is_named(authenticating_moto):
+    line = refusal(
+        s3_uri(authenticating_moto, "bucket"),
+        env={"AWS_ACCESS_KEY_ID": "AKIAUNKNOWN", "AWS_SECRET_ACCESS_KEY": SECRET},
+    )
+    assert line == (
+        "ctxd: cannot start: cannot open the s3 store: S3 does not know the access key "
+        "(InvalidAccessKeyId); check the credentials"
     )
