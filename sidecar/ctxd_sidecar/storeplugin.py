@@ -113,7 +113,9 @@ def _one_line(scheme: str, schema: type[StoreOptions], error: Mapping[str, Any])
     kind = error.get("type", "")
     given = error.get("input")
     if kind == "extra_forbidden":
-        known = ", ".join(sorted(schema.model_fields)) or "none"
+        # As a user types them in the URI: a field's alias where it has one.
+        fields = schema.model_fields.items()
+        known = ", ".join(sorted(f.alias or n for n, f in fields)) or "none"
         return f"unknown {scheme} store option {name!r} (known options: {known})"
     if kind in _MUST_BE:
         return f"{scheme} store option {name}={given!r} must be {_MUST_BE[kind]}"
