@@ -4,8 +4,6 @@ small tmpfs mounted for the test (needs root), holding a real LMDB store."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import time
 import uuid
 
@@ -14,6 +12,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ctxd_sidecar.api.ctxd.v1 import memory_pb2 as mpb
+from tests.support.tmpfs import mounted
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -22,19 +21,8 @@ NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 @pytest.fixture
 def small_disk(tmp_path):
     """A 6 MiB tmpfs; skipped where mounting is not allowed."""
-    where = tmp_path / "disk"
-    where.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(where)], capture_output=True
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    try:
+    with mounted(tmp_path / "disk", "6m") as where:
         yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 def status(channel, service: str) -> int:

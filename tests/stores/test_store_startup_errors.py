@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import free_port, s3_uri
+from tests.support.tmpfs import mounted
 
 SECRET = "right-horse-battery"
 
@@ -181,3 +182,14 @@ def test_unknown_access_key_is_named(authenticating_moto):
         "ctxd: cannot start: cannot open the s3 store: S3 does not know the access key "
         "(InvalidAccessKeyId); check the credentials"
     )
+
+
+# -- LMDB -------------------------------------------------------------------------------
+def test_lmdb_on_a_full_disk_is_refused_in_one_line(tmp_path):
+    with mounted(tmp_path / "disk", "64k") as disk:
+        (disk / "ballast").write_bytes(b"\0" * (64 * 1024))  # fills it
+        line = refusal(f"lmdb://{disk / 'data'}")
+    assert line.startswith(
+        "ctxd: cannot start: cannot open the lmdb store: "
+        "the disk holding the LMDB environment is full ("
+    ), line
