@@ -9,16 +9,12 @@ name. Messages name the bucket and endpoint, never a credential.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import botocore.exceptions
 
 from ctxd_plugins.netprobe import why_unreachable
 from ctxd_sidecar.plugin import StoreError
-
-if TYPE_CHECKING:
-    from ctxd_plugins.s3.store import S3Store
 
 #: Read once at start-up (its absence is the expected answer).
 START_CHECK_KEY = "ctxd-start-check"
@@ -32,18 +28,22 @@ _CREDENTIALS = {
 
 
 def refusal(
-    exc: Exception, store: S3Store, translate: Callable[[Exception], StoreError]
+    exc: Exception,
+    bucket: str,
+    client,
+    translate: Callable[[Exception], StoreError],
 ) -> StoreError:
-    """The store error for ``exc`` raised by the start-up read."""
+    """The store error for ``exc`` raised by the start-up read of ``bucket``
+    through the boto3 ``client``."""
     if isinstance(exc, botocore.exceptions.ClientError):
         code = str(exc.response.get("Error", {}).get("Code", ""))
         if code == "NoSuchBucket":
-            return StoreError(f"S3 bucket {store.bucket!r} does not exist")
+            return StoreError(f"S3 bucket {bucket!r} does not exist")
         if code in _CREDENTIALS:
             return StoreError(f"{_CREDENTIALS[code]}; check the credentials")
         if code in {"AccessDenied", "403"}:
             return StoreError(
-                f"S3 denied access to bucket {store.bucket!r} (AccessDenied); "
+                f"S3 denied access to bucket {bucket!r} (AccessDenied); "
                 "check the credentials' policy"
             )
         return translate(exc)
@@ -52,10 +52,10 @@ def refusal(
     if isinstance(
         exc, (botocore.exceptions.EndpointConnectionError, botocore.exceptions.ConnectTimeoutError)
     ):
-        url = urlsplit(store.client.meta.endpoint_url)
+        url = urlsplit(client.meta.endpoint_url)
         if url.hostname:
             port = url.port or (443 if url.scheme == "https" else 80)
-            timeout = store.client.meta.config.connect_timeout
+            timeout = client.meta.config.connect_timeout
             reason = why_unreachable(url.hostname, port, timeout)
             if reason:
                 return StoreError(f"S3 endpoint unreachable: {reason}")

@@ -92,9 +92,9 @@ class S3Store(Store):
         except botocore.exceptions.ClientError as exc:
             if _code(exc) in {"NoSuchKey", "404"}:
                 return
-            raise refusal(exc, self, _translate) from None
+            raise refusal(exc, self.bucket, self.client, _translate) from None
         except botocore.exceptions.BotoCoreError as exc:
-            raise refusal(exc, self, _translate) from None
+            raise refusal(exc, self.bucket, self.client, _translate) from None
 
     def get(self, key: str) -> Item | None:
         try:
