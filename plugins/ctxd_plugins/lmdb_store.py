@@ -66,6 +66,19 @@ def parse_size(text: str) -> int:
 LOCK_FILE = "ctxd.lock"
 
 
+#: Free bytes the LMDB directory's file system needs to create an environment
+#: (the lock file and a first commit); less is refused as a full disk.
+MIN_FREE_BYTES = 1024 * 1024
+
+
+def _free_bytes(path: str) -> int | None:
+    try:
+        fs = os.statvfs(path)
+    except OSError:
+        return None
+    return fs.f_bavail * fs.f_frsize
+
+
 class LmdbStore(Store):
     name = "lmdb"
     capabilities = frozenset({Capability.LIST, Capability.DELETE, Capability.CONDITIONAL_PUT})
@@ -80,6 +93,15 @@ class LmdbStore(Store):
         os.makedirs(path, exist_ok=True)
         self.path = path
         self.map_size = map_size
+        # LMDB maps the lock file it creates into memory: on a disk without
+        # room for it the process would die of SIGBUS instead of saying why.
+        # An environment that exists opens as before (reads work on a full disk).
+        new = not all(os.path.exists(os.path.join(path, f)) for f in ("data.mdb", "lock.mdb"))
+        free = _free_bytes(path) if new else None
+        if free is not None and free < MIN_FREE_BYTES:
+            raise StoreFull(
+                f"the disk holding the LMDB environment is full ({free // 1024} KiB free)"
+            )
         self._lock = _exclusive(path)
         try:
             self.env = lmdb.open(
@@ -217,11 +239,8 @@ class LmdbStore(Store):
         when a page cannot be written); the file system's free space decides."""
         if "No space left" in str(exc):
             return True
-        try:
-            fs = os.statvfs(self.path)
-        except OSError:
-            return False
-        return fs.f_bavail * fs.f_frsize < 1 << 20
+        free = _free_bytes(self.path)
+        return free is not None and free < MIN_FREE_BYTES
 
     # -- lifecycle ------------------------------------------------------------
     def flush(self) -> None:

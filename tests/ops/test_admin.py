@@ -191,6 +191,29 @@ def test_export_import_round_trips_a_compacted_context(served, spawn_sidecar, tm
     assert "FAILED_PRECONDITION" in one_line_error(refused)
 
 
+def test_an_empty_context_exports_and_imports(served, spawn_sidecar, tmp_path):
+    """CreateContext makes a context with no messages: it round-trips too."""
+    served.contexts.CreateContext(
+        cpb.CreateContextRequest(context_id="empty-1", task="triage", model_window=64000),
+        timeout=10,
+    )
+    first = ctxd("contexts", "export", "empty-1", "--address", served.address)
+    assert first.returncode == 0, first.stderr
+    headers, lines = _split(first.stdout)
+    assert [h["id"] for h in headers] == ["empty-1"] and lines == []
+
+    dump = tmp_path / "empty.jsonl"
+    dump.write_text(first.stdout)
+    other = spawn_sidecar("--store", f"lmdb://{tmp_path / 'b'}?map_size=64MiB")
+    imported = ctxd("contexts", "import", str(dump), "--json", "--address", other.address)
+    assert imported.returncode == 0 and imported.stderr == "", imported.stderr
+    assert [json.loads(x)["id"] for x in imported.stdout.splitlines()] == ["empty-1"]
+    again = ctxd("contexts", "export", "empty-1", "--address", other.address)
+    assert again.returncode == 0, again.stderr
+    headers2, lines2 = _split(again.stdout)
+    assert lines2 == [] and [_comparable(h) for h in headers2] == [_comparable(h) for h in headers]
+
+
 def test_a_context_compacted_next_to_a_tool_round_imports_whole(served, spawn_sidecar, tmp_path):
     """The kept side starts with a call and its result: the import folds its
     placeholders at the same place. An import that fails leaves nothing."""

@@ -102,14 +102,17 @@ def test_a_file_naming_a_context_the_sidecar_holds_writes_nothing(exported, targ
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
 
 
-def test_only_created_contexts_are_reported(exported, target, tmp_path):
+def test_a_context_without_messages_is_created_and_reported(exported, target, tmp_path):
     empty = {**json.loads(exported[0]), "id": "empty", "messages": 0, "folded": 0}
     empty["summary"], empty["plan"], empty["preflight"] = {}, None, ""
     done = _import(tmp_path, [json.dumps(empty), *exported], target)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["imported first: 2 messages", "imported second: 2 messages"]
-    assert "skipped empty" in done.stderr
-    assert _held(target) == {"first", "second"}
+    assert done.stdout.splitlines() == [
+        "imported empty: 0 messages",
+        "imported first: 2 messages",
+        "imported second: 2 messages",
+    ]
+    assert _held(target) == {"empty", "first", "second"}
 
 
 def test_what_an_interrupted_import_left_is_imported_again(exported, target, tmp_path):

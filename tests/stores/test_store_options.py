@@ -71,3 +71,13 @@ def test_an_infinite_s3_option_stops_serve_with_one_line():
     assert proc.stderr.splitlines() == [
         "ctxd: cannot start: s3 store option max_attempts='inf' must be a whole number"
     ]
+
+
+def test_known_options_are_named_as_the_uri_spells_them():
+    pytest.importorskip("psycopg")
+    with pytest.raises(ValueError) as err:
+        open_store("postgres://ctxd@127.0.0.1:1/db?shema=t1")
+    message = str(err.value)
+    assert message.startswith("unknown postgres store option 'shema' (known options: ")
+    known = message.split("known options: ", 1)[1].rstrip(")").split(", ")
+    assert "schema" in known and "schema_name" not in known, message

@@ -25,6 +25,7 @@ from psycopg import errors as pg_errors
 from ctxd_plugins.postgres import schema
 from ctxd_plugins.postgres.listener import Listener
 from ctxd_plugins.postgres.options import PostgresOptions, redacted
+from ctxd_plugins.postgres.refusal import refusal
 from ctxd_sidecar.plugin import (
     Capability,
     Item,
@@ -81,7 +82,7 @@ class PostgresStore(Store):
             with psycopg.connect(conninfo, autocommit=True, **self.conn_kwargs) as conn:
                 schema.ensure(conn, options.schema_name, options.table)
         except psycopg.Error as exc:
-            raise _translate(exc) from None
+            raise refusal(exc, conninfo, options.connect_timeout, _translate) from None
         self.pool = psycopg_pool.ConnectionPool(
             conninfo,
             min_size=1,

@@ -62,7 +62,7 @@ def _open(uri: str, options: S3Options) -> S3Store:
         from ctxd_plugins.s3.store import S3Store  # boto3 only for deployments on S3
     except ImportError as exc:
         raise ValueError(f"the s3 store needs boto3 ({exc.name} is missing): {EXTRA}") from None
-    return S3Store(
+    store = S3Store(
         parts.netloc,
         unquote(parts.path),
         endpoint_url=options.endpoint_url or None,
@@ -74,6 +74,12 @@ def _open(uri: str, options: S3Options) -> S3Store:
         max_attempts=options.max_attempts,
         profile=options.profile or None,
     )
+    try:
+        store.check()
+    except BaseException:
+        store.close()
+        raise
+    return store
 
 
 ctxd_store_schemes, ctxd_open_store = store_hooks("s3", _open, S3Options)

@@ -17,6 +17,7 @@ import botocore.config
 import botocore.exceptions
 
 from ctxd_plugins.s3.lineage import WRITE_ID, Lineages, Outcome, judge
+from ctxd_plugins.s3.refusal import START_CHECK_KEY, refusal
 from ctxd_sidecar.plugin import (
     Capability,
     Item,
@@ -81,6 +82,19 @@ class S3Store(Store):
 
     def _key(self, key: str) -> str:
         return self.prefix + key
+
+    def check(self) -> None:
+        """One read at start-up, so a missing bucket, refused credentials or an
+        unreachable endpoint stop the sidecar with their cause (see
+        :func:`ctxd_plugins.s3.refusal.refusal`) instead of serving NOT_SERVING."""
+        try:
+            self.client.get_object(Bucket=self.bucket, Key=self._key(START_CHECK_KEY))
+        except botocore.exceptions.ClientError as exc:
+            if _code(exc) in {"NoSuchKey", "404"}:
+                return
+            raise refusal(exc, self.bucket, self.client, _translate) from None
+        except botocore.exceptions.BotoCoreError as exc:
+            raise refusal(exc, self.bucket, self.client, _translate) from None
 
     def get(self, key: str) -> Item | None:
         try:

@@ -91,6 +91,10 @@ class Client:
             ),
         )
 
+    def create(self, context_id: str, **attrs) -> bool:
+        req = pb.CreateContextRequest(context_id=context_id, **attrs)
+        return self.call(self.contexts.CreateContext, req).created
+
     def delete(self, context_id: str) -> bool:
         req = pb.DeleteContextRequest(context_id=context_id)
         return self.call(self.contexts.DeleteContext, req).deleted

@@ -261,9 +261,7 @@ def _contexts_import(client: Client, args) -> int:
             print(f"ctxd: skipped {header['id']}: imported from this file before", file=sys.stderr)
             continue
         done = transfer.import_context(client, header, messages)
-        if done is None:
-            print(f"ctxd: skipped {header['id']}: nothing to create (no messages)", file=sys.stderr)
-        elif args.json:
+        if args.json:
             render.emit_json(done)
         else:
             print(f"imported {done['id']}: {done['messages']} messages")

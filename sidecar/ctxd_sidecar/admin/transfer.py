@@ -229,10 +229,9 @@ def _restored(value):
     return value or None
 
 
-def import_context(client: Client, header: dict, messages: list[pb.Message]) -> dict | None:
+def import_context(client: Client, header: dict, messages: list[pb.Message]) -> dict:
     """Rebuild one context in a sidecar that does not hold it yet; one that
-    fails half-way is deleted again, so the import can simply be retried.
-    None when there was nothing to create (no messages, nothing folded)."""
+    fails half-way is deleted again, so the import can simply be retried."""
     cid = header.get("id") or ""
     existing = client.info(cid)
     if existing is not None and existing.message_count:
@@ -241,8 +240,7 @@ def import_context(client: Client, header: dict, messages: list[pb.Message]) -> 
             f"{existing.message_count} messages; delete it first"
         )
     try:
-        done = _rebuild(client, cid, header, messages)
-        return done if client.info(cid) is not None else None
+        return _rebuild(client, cid, header, messages)
     except BaseException:
         with contextlib.suppress(AdminError):
             client.delete(cid)
@@ -271,6 +269,9 @@ def _rebuild(client: Client, cid: str, header: dict, messages: list[pb.Message])
         turns += 1
 
     rest = list(messages)
+    if not rest and not folded:
+        # Created empty (CreateContext): no turn to append, so create it as such.
+        client.create(cid, **attrs)
     if folded:
         for start in range(0, folded, TURN):
             n = min(TURN, folded - start)

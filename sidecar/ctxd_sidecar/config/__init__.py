@@ -94,10 +94,11 @@ class Table(BaseModel):
 class MemoryConfig(Table):
     #: Largest value, in bytes of JSON text (a value exactly this size is accepted).
     max_value_bytes: Positive = 64 * 1024
-    #: Most keys per instance (expired records count until swept; a write
-    #: that would exceed a cap sweeps them first).
+    #: Most keys per instance, all replicas sharing a store together
+    #: (expired records count until swept; a write that would exceed a cap
+    #: sweeps them first).
     max_keys: Positive = 10_000
-    #: Most bytes of values (JSON text) per instance.
+    #: Most bytes of values (JSON text) per instance, all replicas together.
     max_total_bytes: Positive = 64 * 1024 * 1024
     #: Deepest JSON nesting accepted in a value (arrays and objects).
     max_depth: Positive = 64
@@ -298,6 +299,11 @@ class Config(BaseSettings):
     #: The bearer token itself, for ``CTXD_AUTH_TOKEN``; never put it in a
     #: config file that others can read.
     auth_token: str = Field(default="", repr=False)
+    #: Seconds the previous token is still accepted after ``auth_token_file``
+    #: changes (the file is re-read at most once a second while calls
+    #: arrive), so clients that re-read it later are not locked out; 0
+    #: refuses the previous token at once.
+    auth_token_grace: NonNegative = 300.0
     #: TLS certificate and key (PEM files); both empty means plaintext.
     tls_cert_file: str = ""
     tls_key_file: str = ""

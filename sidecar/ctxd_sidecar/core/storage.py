@@ -82,6 +82,9 @@ class Storage:
         self.can_delete = Capability.DELETE in caps
         self.can_cas = Capability.CONDITIONAL_PUT in caps
         self.shared = Capability.SHARED in caps
+        #: Set when a write found the store full; the health probe clears it
+        #: once a write succeeds again.
+        self.full = False
         #: Reads are cheap enough to run on the event loop, one after another.
         self.inline_reads = CallStyle.INLINE_READS in style
         self._pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="store")
@@ -146,6 +149,7 @@ class Storage:
             raise Conflict(_CHANGED) from None
         except StoreFull as exc:
             error = "full"
+            self.full = True
             raise LimitExceeded("store_capacity", 0, str(exc)) from None
         except StoreUnavailable as exc:
             error = "unavailable"

@@ -33,6 +33,7 @@ from ctxd_sidecar.server.layers import (
     Layer,
     Pipeline,
     Registrar,
+    TokenFile,
 )
 from ctxd_sidecar.server.registration import add_service
 from ctxd_sidecar.store import StoreError
@@ -46,6 +47,9 @@ SERVICE_NAMES = (
 
 #: gRPC's own limit on one message; bigger requests fail with RESOURCE_EXHAUSTED.
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+#: Bytes the health probe writes (then deletes) while the store is full: room
+#: for a write this size is room for a largest memory value and a turn's record.
+FULL_PROBE_BYTES = 256 * 1024
 #: Seconds open streams get, after health turns NOT_SERVING, to send it and end.
 STREAM_SETTLE = 0.05
 
@@ -112,7 +116,13 @@ class Sidecar:
             Calls(None if access == "OFF" else logging.getLevelName(access), self.domain.tracing)
         ]
         if token:
-            layers.append(Auth(token))
+            layers.append(
+                Auth(
+                    TokenFile(cfg.auth_token_file, token, cfg.auth_token_grace)
+                    if cfg.auth_token_file
+                    else token
+                )
+            )
         self.gate = Gate(
             {
                 WATCH_CONTEXT: ("max_watch_streams", cfg.max_watch_streams),
@@ -158,7 +168,9 @@ class Sidecar:
         return self.address
 
     async def _watch_store(self) -> None:
-        """Probe the store; its services are NOT_SERVING while it fails.
+        """Probe the store; its services are NOT_SERVING while it fails, or
+        while it is full (a write failed for want of space) until a write
+        succeeds again.
 
         Overall health ("") stays SERVING so a liveness probe does not restart
         a pod whose only problem is the store; readiness should check a
@@ -169,8 +181,19 @@ class Sidecar:
             return
         while not self._stopped.is_set():
             await asyncio.sleep(interval)
+            storage = self.storage
             try:
-                await asyncio.wait_for(self.storage.get("health/probe"), timeout=max(interval, 1.0))
+                if storage.full:
+                    # Reads still work on a full disk: only a write shows room,
+                    # and one large enough that the next real write fits too.
+                    await asyncio.wait_for(
+                        storage.put("health/probe", b"\0" * FULL_PROBE_BYTES),
+                        timeout=max(interval, 1.0),
+                    )
+                    storage.full = False
+                    await storage.delete("health/probe")
+                else:
+                    await asyncio.wait_for(storage.get("health/probe"), timeout=max(interval, 1.0))
                 ok = True
             except (CtxdError, TimeoutError):
                 ok = False
@@ -185,6 +208,8 @@ class Sidecar:
                     await self.health.set(name, state)
                 if ok:
                     log.info("store recovered")
+                elif storage.full:
+                    log.warning("store full; services NOT_SERVING until a write succeeds")
                 else:
                     log.warning("store unavailable; services NOT_SERVING until it recovers")
 

@@ -9,9 +9,10 @@ own writes: every write is conditional on the version it read, so the delta
 it applies is the true one even under concurrent writes (on a store without
 conditional writes, writes to one key are serialised in the process
 instead). A write reserves its delta before it is sent, so concurrent
-writes cannot jointly overshoot a cap. Records written by another sidecar
-sharing the same instance namespace are only counted at this sidecar's next
-start. Expired records count until swept; a write that would exceed a cap
+writes cannot jointly overshoot a cap. On a store that several sidecars
+share, the counters are the store-wide ones of the ``memory/_count`` record
+(:mod:`ctxd_sidecar.core.memory.tally`), so the caps hold for the instance
+whichever replica writes. Expired records count until swept; a write that would exceed a cap
 first sweeps whatever has expired. Expiry is scheduled from the same scan
 and from this process's writes (:class:`ExpirySchedule`), so a sweep costs
 nothing when nothing is due.
@@ -41,6 +42,7 @@ from ctxd_sidecar.core.memory.records import (
     token_after,
 )
 from ctxd_sidecar.core.memory.service import MemoryBackend
+from ctxd_sidecar.core.memory.tally import Tally
 from ctxd_sidecar.core.observe import MemoryObserver, NullObserver
 from ctxd_sidecar.core.storage import Storage
 from ctxd_sidecar.store import Item
@@ -89,6 +91,12 @@ class StoreMemory(MemoryBackend):
         self._expiry = ExpirySchedule()
         # Writes are conditional on the version read, where the store can do that.
         self._cas = storage.can_cas
+        #: Store-wide counts, where other sidecars may write the same records.
+        self.tally = (
+            Tally(storage, NAMESPACE + "/_count", clock=lambda: self.clock())
+            if storage.shared and storage.can_cas
+            else None
+        )
         # Writes to one key are serialised in this process where the index
         # protocol needs it, or where the store cannot check versions itself.
         self._serialise = self.index.active or not self._cas
@@ -139,6 +147,7 @@ class StoreMemory(MemoryBackend):
         """Rebuild the key/byte counters and the expiry schedule from the store."""
         keys = total = 0
         expiry: dict[str, int] = {}
+        began = self.clock()
         for name, item in await self.index.scan():
             keys += 1
             rec = decode_record(item.value)
@@ -147,6 +156,9 @@ class StoreMemory(MemoryBackend):
             total += len(rec.value)
             if rec.expires_at:
                 expiry[name] = rec.expires_at
+        if self.tally is not None:
+            await self.tally.reconcile(keys, total, began)
+            keys, total = self.tally.keys, self.tally.bytes
         self.keys, self.total_bytes = keys, total
         self.observer.memory_counts(self.keys, self.total_bytes)
         self.counted = True
@@ -201,14 +213,14 @@ class StoreMemory(MemoryBackend):
                 else:
                     version = await self.storage.put(full, record, if_version=self._if(old_item))
             except Conflict:
-                self._release(new_keys, new_bytes)
+                await self._release(new_keys, new_bytes)
                 if expected_version or create_only:
                     raise Conflict(
                         f"memory key {key!r} changed concurrently; re-read and retry"
                     ) from None
                 continue  # a concurrent write won: re-read and apply on top of it
             except BaseException:
-                self._release(new_keys, new_bytes)
+                await asyncio.shield(self._release(new_keys, new_bytes))
                 raise
             self._expiry.schedule(key, expires_at)
             return MemoryRecord(key, request.value_json, version, now, expires_at, request.by)
@@ -244,7 +256,7 @@ class StoreMemory(MemoryBackend):
                         f"memory key {key!r} changed concurrently; re-read and retry"
                     ) from None
                 continue
-            self._forget(key, rec)
+            await self._forget(key, rec)
             await self.index.remove(key)
             return live
         raise Unavailable(f"memory key {key!r} is changing too often; retry")
@@ -319,7 +331,7 @@ class StoreMemory(MemoryBackend):
                 await self.storage.delete(full, if_version=self._if(item))
             except Conflict:
                 return False  # rewritten meanwhile; its new expiry is scheduled
-            self._forget(key, rec)
+            await self._forget(key, rec)
             await self.index.remove(key)
             return True
 
@@ -333,45 +345,69 @@ class StoreMemory(MemoryBackend):
             except Exception:  # noqa: BLE001 - keep sweeping; the store may come back
                 log.warning("memory sweep failed; retrying later", exc_info=True)
 
-    def _forget(self, key: str, rec: StoredRecord | None) -> None:
-        self.keys -= 1
-        self.total_bytes -= len(rec.value) if rec is not None else 0
-        self.observer.memory_counts(self.keys, self.total_bytes)
+    async def _forget(self, key: str, rec: StoredRecord | None) -> None:
         self._expiry.forget(key)
+        await self._release(1, len(rec.value) if rec is not None else 0)
 
     # -- caps -------------------------------------------------------------------------
     async def _reserve(self, key: str, new_keys: int, new_bytes: int) -> None:
         """Count a write against the caps before it happens (so concurrent
         writes cannot jointly overshoot); sweeps expired records first if
         the write would not fit."""
-        cfg = self.config
-        if (
-            self.keys + new_keys > cfg.max_keys
-            or self.total_bytes + new_bytes > cfg.max_total_bytes
-        ):
+        if self.tally is not None:
+            if new_keys or new_bytes:
+                try:
+                    await self.tally.change(new_keys, new_bytes, self._checker(new_keys, new_bytes))
+                except LimitExceeded:
+                    if not self._expiry.has_due(self._now_ms()):
+                        raise
+                    await self.sweep(skip_busy=True)
+                    await self.tally.change(new_keys, new_bytes, self._checker(new_keys, new_bytes))
+                self._counts(self.tally.keys, self.tally.bytes)
+            return
+        check = self._checker(new_keys, new_bytes)
+        try:
+            check(self.keys, self.total_bytes)
+        except LimitExceeded:
             if self._expiry.has_due(self._now_ms()):
                 await self.sweep(skip_busy=True)
-            if new_keys and self.keys + new_keys > cfg.max_keys:
+            check(self.keys, self.total_bytes)
+        self._counts(self.keys + new_keys, self.total_bytes + new_bytes)
+
+    def _checker(self, new_keys: int, new_bytes: int) -> Callable[[int, int], None]:
+        cfg = self.config
+
+        def check(keys: int, total: int) -> None:
+            if new_keys > 0 and keys + new_keys > cfg.max_keys:
                 raise LimitExceeded(
                     "memory.max_keys",
                     cfg.max_keys,
-                    f"memory holds {self.keys} keys; memory.max_keys is {cfg.max_keys}",
+                    f"memory holds {keys} keys; memory.max_keys is {cfg.max_keys}",
                 )
-            if new_bytes > 0 and self.total_bytes + new_bytes > cfg.max_total_bytes:
+            if new_bytes > 0 and total + new_bytes > cfg.max_total_bytes:
                 raise LimitExceeded(
                     "memory.max_total_bytes",
                     cfg.max_total_bytes,
-                    f"memory holds {self.total_bytes} bytes of values and this write adds "
+                    f"memory holds {total} bytes of values and this write adds "
                     f"{new_bytes}; memory.max_total_bytes is {cfg.max_total_bytes}",
                 )
-        self.keys += new_keys
-        self.total_bytes += new_bytes
-        self.observer.memory_counts(self.keys, self.total_bytes)
 
-    def _release(self, new_keys: int, new_bytes: int) -> None:
-        self.keys -= new_keys
-        self.total_bytes -= new_bytes
-        self.observer.memory_counts(self.keys, self.total_bytes)
+        return check
+
+    async def _release(self, new_keys: int, new_bytes: int) -> None:
+        if self.tally is None:
+            self._counts(self.keys - new_keys, self.total_bytes - new_bytes)
+            return
+        try:
+            await self.tally.change(-new_keys, -new_bytes)
+        except Unavailable as exc:
+            # The count stays high (caps refuse early) until the next start corrects it.
+            log.warning("memory count not lowered", extra={"error": exc.message})
+        self._counts(self.tally.keys, self.tally.bytes)
+
+    def _counts(self, keys: int, total: int) -> None:
+        self.keys, self.total_bytes = keys, total
+        self.observer.memory_counts(keys, total)
 
     @asynccontextmanager
     async def _key_lock(self, key: str) -> AsyncIterator[None]:

@@ -7,7 +7,7 @@ statuses, metrics, traces and the access log (:mod:`.calls`). The
 composition in :mod:`ctxd_sidecar.server.app` orders them.
 """
 
-from ctxd_sidecar.server.layers.auth import Auth
+from ctxd_sidecar.server.layers.auth import Auth, TokenFile
 from ctxd_sidecar.server.layers.calls import Calls
 from ctxd_sidecar.server.layers.decode import Decode
 from ctxd_sidecar.server.layers.gate import Gate
@@ -27,6 +27,7 @@ __all__ = [
     "STOPPING",
     "WATCH_CONTEXT",
     "Auth",
+    "TokenFile",
     "Calls",
     "Decode",
     "Gate",
