@@ -2,8 +2,8 @@
 
 Told apart by S3's error codes and botocore's exception classes; an endpoint
 that cannot be reached is asked directly (:mod:`ctxd_plugins.netprobe`), so
-the line says "nothing listening at host:port" rather than botocore's class
-name. Messages name the bucket and endpoint, never a credential.
+the warning says "nothing listening at host:port" rather than botocore's
+class name. Messages name the bucket and endpoint, never a credential.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import botocore.exceptions
 
 from ctxd_plugins.netprobe import why_unreachable
-from ctxd_sidecar.plugin import StoreError
+from ctxd_sidecar.plugin import StoreError, StoreUnavailable
 
 #: Read once at start-up (its absence is the expected answer).
 START_CHECK_KEY = "ctxd-start-check"
@@ -34,7 +34,9 @@ def refusal(
     translate: Callable[[Exception], StoreError],
 ) -> StoreError:
     """The store error for ``exc`` raised by the start-up read of ``bucket``
-    through the boto3 ``client``."""
+    through the boto3 ``client``: :class:`StoreUnavailable` when it may pass
+    (no answer, 5xx), a plain :class:`StoreError` when only a change of
+    configuration helps."""
     if isinstance(exc, botocore.exceptions.ClientError):
         code = str(exc.response.get("Error", {}).get("Code", ""))
         if code == "NoSuchBucket":
@@ -58,5 +60,5 @@ def refusal(
             timeout = client.meta.config.connect_timeout
             reason = why_unreachable(url.hostname, port, timeout)
             if reason:
-                return StoreError(f"S3 endpoint unreachable: {reason}")
+                return StoreUnavailable(f"S3 endpoint unreachable: {reason}")
     return translate(exc)

@@ -9,6 +9,7 @@ decides by that id, never by comparing content.
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 
@@ -26,6 +27,8 @@ from ctxd_sidecar.plugin import (
     StoreError,
     StoreUnavailable,
 )
+
+log = logging.getLogger(__name__)
 
 #: A request failed on its connection: it may or may not have reached S3.
 _CONNECTION_FAILED = (botocore.exceptions.HTTPClientError, botocore.exceptions.ConnectionError)
@@ -84,17 +87,24 @@ class S3Store(Store):
         return self.prefix + key
 
     def check(self) -> None:
-        """One read at start-up, so a missing bucket, refused credentials or an
-        unreachable endpoint stop the sidecar with their cause (see
-        :func:`ctxd_plugins.s3.refusal.refusal`) instead of serving NOT_SERVING."""
+        """One read at start-up, so a missing bucket or refused credentials stop
+        the sidecar with their cause (see :func:`ctxd_plugins.s3.refusal.refusal`).
+        An endpoint that does not answer yet may be passing (an outage, DNS at
+        pod start): it is logged with its cause and the sidecar serves
+        NOT_SERVING until S3 answers."""
         try:
             self.client.get_object(Bucket=self.bucket, Key=self._key(START_CHECK_KEY))
+            return
         except botocore.exceptions.ClientError as exc:
             if _code(exc) in {"NoSuchKey", "404"}:
                 return
-            raise refusal(exc, self.bucket, self.client, _translate) from None
+            error = refusal(exc, self.bucket, self.client, _translate)
         except botocore.exceptions.BotoCoreError as exc:
-            raise refusal(exc, self.bucket, self.client, _translate) from None
+            error = refusal(exc, self.bucket, self.client, _translate)
+        if isinstance(error, StoreUnavailable):
+            log.warning("S3 does not answer at start; retrying", extra={"error": str(error)})
+            return
+        raise error
 
     def get(self, key: str) -> Item | None:
         try:
