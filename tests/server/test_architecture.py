@@ -166,7 +166,7 @@ OVERSIZED = {
     "sidecar/ctxd_sidecar/core/contexts/compaction.py:Compactor._commit": 96,
     "sidecar/ctxd_sidecar/core/contexts/compaction.py:Compactor._commit.build": 74,
     # Registry, store, index, trash and janitor private; listing gets heads().
-    "sidecar/ctxd_sidecar/core/contexts/service.py:ContextService": 392,
+    "sidecar/ctxd_sidecar/core/contexts/service.py:ContextService": 396,
     # The record's messages and its op bookkeeping (model.py grew back to 494).
     "sidecar/ctxd_sidecar/core/contexts/model.py:ContextState": 238,
     # Restore and checkpoint are two protocols in one class.
@@ -174,14 +174,14 @@ OVERSIZED = {
     "sidecar/ctxd_sidecar/core/contexts/persistence.py:ContextStore.checkpoint": 72,
     # -- issue 37, problem 3: LMDB's inline-write budget moves into the LMDB
     #    plugin (an AsyncStore beside Store).
-    "sidecar/ctxd_sidecar/core/storage.py:Storage": 228,
+    "sidecar/ctxd_sidecar/core/storage.py:Storage": 232,
     # -- issue 37, problem 4: Sidecar.start in phases (bind, open domain,
     #    layers, probes), as uvicorn's serve is.
-    "sidecar/ctxd_sidecar/server/app.py:Sidecar.start": 91,
+    "sidecar/ctxd_sidecar/server/app.py:Sidecar.start": 84,
     # -- issue 37, problem 5 (the gate): second responsibilities found by this
     #    check, each to be cut on its own.
     # Counters and cap reservations apart from the records' read/write/sweep.
-    "sidecar/ctxd_sidecar/core/memory/store.py:StoreMemory": 327,
+    "sidecar/ctxd_sidecar/core/memory/store.py:StoreMemory": 361,
     # The index's repair and rebuild apart from its reads and writes.
     "sidecar/ctxd_sidecar/core/keyindex/__init__.py:KeyIndex": 297,
     # The page split and root migration apart from page reads and writes.

@@ -19,7 +19,6 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 from ctxd_sidecar import metrics
 from ctxd_sidecar.api.ctxd.v1 import context_pb2, memory_pb2
 from ctxd_sidecar.config import Config
-from ctxd_sidecar.core.errors import CtxdError
 from ctxd_sidecar.plugins import plugin_manager
 from ctxd_sidecar.server import composition
 from ctxd_sidecar.server.exposure import exposure_warning
@@ -35,6 +34,7 @@ from ctxd_sidecar.server.layers import (
     Registrar,
     TokenFile,
 )
+from ctxd_sidecar.server.probe import StoreProbe
 from ctxd_sidecar.server.registration import add_service
 from ctxd_sidecar.store import StoreError
 
@@ -47,9 +47,6 @@ SERVICE_NAMES = (
 
 #: gRPC's own limit on one message; bigger requests fail with RESOURCE_EXHAUSTED.
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
-#: Bytes the health probe writes (then deletes) while the store is full: room
-#: for a write this size is room for a largest memory value and a turn's record.
-FULL_PROBE_BYTES = 256 * 1024
 #: Seconds open streams get, after health turns NOT_SERVING, to send it and end.
 STREAM_SETTLE = 0.05
 
@@ -108,28 +105,13 @@ class Sidecar:
         self.storage = self.domain.storage
         self.contexts, self.memory = composition.servicers(self.domain)
 
-        # Outermost first: metrics, access log and error mapping see every
-        # call, refusals included; the token is checked before the gate, and
-        # requests are decoded last, right before the handler.
-        access = cfg.access_log_level
-        layers: list[Layer] = [
-            Calls(None if access == "OFF" else logging.getLevelName(access), self.domain.tracing)
-        ]
-        if token:
-            layers.append(
-                Auth(
-                    TokenFile(cfg.auth_token_file, token, cfg.auth_token_grace)
-                    if cfg.auth_token_file
-                    else token
-                )
-            )
         self.gate = Gate(
             {
                 WATCH_CONTEXT: ("max_watch_streams", cfg.max_watch_streams),
                 HEALTH_WATCH: ("max_health_watch_streams", cfg.max_health_watch_streams),
             }
         )
-        layers += [self.gate, Decode()]
+        layers = _layers(cfg, token, self.domain.tracing, self.gate)
         # A write may commit on the event loop only while no other call waits for it.
         self.storage.idle = self.gate.alone
         # Every service is registered through the pipeline of layers (server/layers/).
@@ -152,8 +134,10 @@ class Sidecar:
         await self.server.start()
         for name in ("", *SERVICE_NAMES):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        self._store_ok = True
-        self._probe = asyncio.create_task(self._watch_store(), name="store-probe")
+        probe = StoreProbe(
+            self.storage, self.health, SERVICE_NAMES, cfg.store_probe_interval, self._stopped
+        )
+        self._probe = asyncio.create_task(probe.run(), name="store-probe")
         warning = exposure_warning(cfg.listen, token=bool(token), tls=credentials is not None)
         if warning:
             log.warning(warning)
@@ -166,52 +150,6 @@ class Sidecar:
             },
         )
         return self.address
-
-    async def _watch_store(self) -> None:
-        """Probe the store; its services are NOT_SERVING while it fails, or
-        while it is full (a write failed for want of space) until a write
-        succeeds again.
-
-        Overall health ("") stays SERVING so a liveness probe does not restart
-        a pod whose only problem is the store; readiness should check a
-        service name (e.g. ``ctxd.v1.ContextService``).
-        """
-        interval = self.config.store_probe_interval
-        if interval <= 0:
-            return
-        while not self._stopped.is_set():
-            await asyncio.sleep(interval)
-            storage = self.storage
-            try:
-                if storage.full:
-                    # Reads still work on a full disk: only a write shows room,
-                    # and one large enough that the next real write fits too.
-                    await asyncio.wait_for(
-                        storage.put("health/probe", b"\0" * FULL_PROBE_BYTES),
-                        timeout=max(interval, 1.0),
-                    )
-                    storage.full = False
-                    await storage.delete("health/probe")
-                else:
-                    await asyncio.wait_for(storage.get("health/probe"), timeout=max(interval, 1.0))
-                ok = True
-            except (CtxdError, TimeoutError):
-                ok = False
-            if ok != self._store_ok and not self._stopped.is_set():
-                self._store_ok = ok
-                state = (
-                    health_pb2.HealthCheckResponse.SERVING
-                    if ok
-                    else health_pb2.HealthCheckResponse.NOT_SERVING
-                )
-                for name in SERVICE_NAMES:
-                    await self.health.set(name, state)
-                if ok:
-                    log.info("store recovered")
-                elif storage.full:
-                    log.warning("store full; services NOT_SERVING until a write succeeds")
-                else:
-                    log.warning("store unavailable; services NOT_SERVING until it recovers")
 
     def _bind(self, listen: str, credentials: grpc.ServerCredentials | None) -> str:
         # gRPC only says "cannot bind", never why; a socket of our own says why.
@@ -357,6 +295,25 @@ def probe_unix(listen: str) -> None:
         except OSError as exc:
             raise StartupError(f"cannot listen on {listen}: {_reason(exc)}") from None
     os.unlink(path)
+
+
+def _layers(cfg: Config, token: str | None, tracing, gate: Gate) -> list[Layer]:
+    """The layers every call passes, outermost first: metrics, access log and
+    error mapping see every call, refusals included; the token is checked
+    before the gate, and requests are decoded last, right before the handler."""
+    access = cfg.access_log_level
+    layers: list[Layer] = [
+        Calls(None if access == "OFF" else logging.getLevelName(access), tracing)
+    ]
+    if token:
+        # A token file is followed: a rotated token is taken without a restart.
+        auth = (
+            TokenFile(cfg.auth_token_file, token, cfg.auth_token_grace)
+            if cfg.auth_token_file
+            else token
+        )
+        layers.append(Auth(auth))
+    return [*layers, gate, Decode()]
 
 
 def read_token(cfg: Config) -> str:
