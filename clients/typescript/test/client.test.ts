@@ -233,7 +233,8 @@ test("Responses items exactly, tail reads, truncate, empty contexts and prefix l
   await client.appendProviderTurn(cid, "openai_responses", items);
   const back = await client.providerSlice(cid, "openai_responses");
   assert.deepEqual(back.messages, items);
-  assert.deepEqual((await client.providerSlice(cid, "openai_responses", { lastN: 2 })).messages, items.slice(3));
+  // A tail never opens inside a tool round: the last 2 items reach back to the call and its reasoning.
+  assert.deepEqual((await client.providerSlice(cid, "openai_responses", { lastN: 2 })).messages, items.slice(1));
   assert.equal((await client.get(cid, { lastN: 1 })).messages.length, 1);
   const popped = await client.truncate(cid, { count: 1, expectedVersion: back.version, format: "openai_responses" });
   assert.deepEqual(popped.removedJson, items.slice(4));
