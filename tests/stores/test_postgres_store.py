@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import queue
-import socket
 import subprocess
 import sys
 import threading
@@ -22,6 +21,7 @@ from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 from ctxd_sidecar.api.ctxd.v1 import memory_pb2 as mpb
 from ctxd_sidecar.plugins import open_store
 from tests.support.contexts import append, full, texts, user
+from tests.support.pgproxy import PgProxy
 
 pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -e '.[postgres]')")
 
@@ -217,55 +217,6 @@ def test_a_database_restart_mid_load_loses_no_acknowledged_write(spawn_sidecar, 
             assert texts(full(r.contexts, name)) == done, (i, name)
 
 
-class ReplyCutter:
-    """A TCP proxy to PostgreSQL that, once armed, forwards the statement
-    carrying ``marker`` and then cuts the connection instead of passing the
-    reply on: the write commits, its client never hears so."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.upstream = (host, port)
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.marker: bytes | None = None
-        self.cuts = 0
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection(self.upstream)
-            state = {"cut": False}
-            threading.Thread(
-                target=self._pump, args=(client, server, state, True), daemon=True
-            ).start()
-            threading.Thread(
-                target=self._pump, args=(server, client, state, False), daemon=True
-            ).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket, state: dict, upward: bool) -> None:
-        try:
-            while data := src.recv(65536):
-                if upward and self.marker is not None and self.marker in data:
-                    self.marker = None
-                    state["cut"] = True
-                elif not upward and state["cut"]:
-                    self.cuts += 1
-                    break  # the reply: dropped with the connection
-                dst.sendall(data)
-        except OSError:
-            pass
-        for s in (src, dst):
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-            s.close()
-
-    def close(self) -> None:
-        self.listener.close()
-
-
 @pytest.mark.parametrize("kind", ["create", "replace"])
 def test_a_conditional_write_whose_reply_is_lost_is_recognised_as_its_own(pg_server, kind):
     """The connection drops after the write committed: the retry (same
@@ -273,13 +224,13 @@ def test_a_conditional_write_whose_reply_is_lost_is_recognised_as_its_own(pg_ser
     content- or precondition-only check would report a conflict."""
     if not pg_server.pg_ctl:
         pytest.skip("needs the suite's own server (a loopback port to proxy)")
-    proxy = ReplyCutter(pg_server.host, pg_server.port)
+    proxy = PgProxy(pg_server.host, pg_server.port)
     uri = pg_server.fresh_store_uri()
     via_proxy = uri.replace(f":{pg_server.port}/", f":{proxy.port}/")
     store, direct = open_store(via_proxy), open_store(uri)
     try:
         before = direct.put("held", b"first") if kind == "replace" else None
-        proxy.marker = b"cut-here/held" if kind == "create" else b"held"
+        proxy.arm(b"cut-here/held" if kind == "create" else b"held")
         key = "cut-here/held" if kind == "create" else "held"
         if kind == "create":
             version = store.put(key, b"mine", if_absent=True)
@@ -291,7 +242,7 @@ def test_a_conditional_write_whose_reply_is_lost_is_recognised_as_its_own(pg_ser
     finally:
         store.close()
         direct.close()
-        proxy.close()
+        proxy.stop()
 
 
 @pytest.fixture
