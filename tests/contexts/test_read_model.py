@@ -328,7 +328,7 @@ class Conversation:
         elif fmt == rc.ANTHROPIC:
             rc.check_anthropic(fresh.system, fresh.items, tail)
             if spec["cache_breakpoint"]:
-                req = r.request(self.cid, since=False)
+                req = r.request(self.cid, since=False, page_size=0)
                 req.cache_breakpoint = False
                 plain = rc.read_all(self.ctx, req)
                 assert _unmarked(fresh.system, fresh.items) == (plain.system, plain.items)
@@ -376,7 +376,7 @@ SHORT = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-LONG_RUN = settings(SHORT, max_examples=80)
+LONG_RUN = settings(SHORT, max_examples=200)
 
 
 @SHORT
@@ -387,7 +387,7 @@ def test_every_read_of_every_change_holds_and_is_a_valid_request(sidecar, steps,
 
 @pytest.mark.slow
 @LONG_RUN
-@given(steps=st.lists(actions, min_size=5, max_size=60), specs=readers)
+@given(steps=st.lists(actions, min_size=10, max_size=60), specs=readers)
 def test_every_read_of_every_change_holds_and_is_a_valid_request_long(sidecar, steps, specs):
     run(sidecar, steps, specs)
 

@@ -18,10 +18,12 @@ from collections.abc import Iterable, Mapping
 from google.protobuf import json_format
 from hypothesis import strategies as st
 from openai.types.responses import ResponseInputItemParam
+from pydantic import TypeAdapter
 
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 from ctxd_sidecar.core.providers import NATIVE_FORMATS
 from ctxd_sidecar.core.providers.responses import NATIVE_FORMAT
+from tests.providers.test_providers import sdk_valid
 from tests.support.responses_corpus import _PNG, corpus
 
 #: Long enough that compactions save more than their summary takes.
@@ -57,11 +59,17 @@ def _plain(x):
     raise _Unfit
 
 
+_ITEMS = TypeAdapter(list[ResponseInputItemParam])
+
+
 def _fit(x):
+    """``x`` as plain JSON when the SDK type takes it as it is, else None."""
     try:
-        return _plain(x)
-    except _Unfit:
+        item = _plain(x)
+        sdk_valid(_ITEMS, [item])
+    except (_Unfit, AssertionError):
         return None
+    return item
 
 
 def _item_type(cls) -> str | None:
