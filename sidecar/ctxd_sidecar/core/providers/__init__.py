@@ -19,15 +19,19 @@ from ctxd_sidecar.core.providers.anthropic import from_anthropic, to_anthropic
 from ctxd_sidecar.core.providers.common import Turn, dumps, loads, relabel
 from ctxd_sidecar.core.providers.ids import IdMap, id_map, original
 from ctxd_sidecar.core.providers.openai import from_openai, to_openai
-from ctxd_sidecar.core.providers.responses import from_responses, to_responses_json
+from ctxd_sidecar.core.providers.responses import NATIVE_FORMAT, from_responses, to_responses_json
 
 CTXD, OPENAI, ANTHROPIC, RESPONSES = "ctxd", "openai", "anthropic", "openai_responses"
 FORMATS = (CTXD, OPENAI, ANTHROPIC, RESPONSES)
+#: Native payload formats ctxd writes and reads back itself (any other
+#: format a writer names is kept byte for byte and never read).
+NATIVE_FORMATS = (NATIVE_FORMAT,)
 
 __all__ = [
     "ANTHROPIC",
     "CTXD",
     "FORMATS",
+    "NATIVE_FORMATS",
     "OPENAI",
     "RESPONSES",
     "Turn",
