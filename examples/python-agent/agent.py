@@ -22,9 +22,11 @@ cid = os.environ.get("CONTEXT_ID", "python-agent")
 ctxd = Client()  # CTXD_ADDRESS and CTXD_TOKEN from the environment
 
 # What goes to the model, in OpenAI's shape, and the version it reflects
-# (a new conversation: nothing yet, version 0).
+# (a new conversation: nothing yet, version 0). The system prompt comes from
+# RenderPrompt and carries the summary and plan, so the slice leaves them out
+# (without_summary_blocks): each request holds them once.
 try:
-    held = ctxd.slice(cid, format="openai")
+    held = ctxd.slice(cid, format="openai", without_summary_blocks=True)
     history, version = list(held), held.version
 except NotFound:
     history, version = [], 0
@@ -33,7 +35,14 @@ except NotFound:
 def turn(messages: list[dict]):
     """Append ``messages`` and bring ``history`` up to date, in one round trip."""
     global history, version
-    t = ctxd.turn(cid, messages, since_version=version, format="openai", model=model)
+    t = ctxd.turn(
+        cid,
+        messages,
+        since_version=version,
+        format="openai",
+        model=model,
+        without_summary_blocks=True,
+    )
     # "append": our messages as stored (and anything another writer added);
     # "replace": the conversation was compacted, here is all of it.
     history = [*history, *t.next.messages] if t.next.change == "append" else t.next.messages
