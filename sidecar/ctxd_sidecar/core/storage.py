@@ -82,8 +82,8 @@ class Storage:
         self.can_delete = Capability.DELETE in caps
         self.can_cas = Capability.CONDITIONAL_PUT in caps
         self.shared = Capability.SHARED in caps
-        #: Set when a write found the store full; the health probe clears it
-        #: once a write succeeds again.
+        #: Set when a write found the store full; cleared by
+        #: :meth:`make_room` (the health probe's) once a large write fits.
         self.full = False
         #: Reads are cheap enough to run on the event loop, one after another.
         self.inline_reads = CallStyle.INLINE_READS in style
@@ -224,6 +224,14 @@ class Storage:
         return await self._call(
             self.store.put, full, value, if_version=if_version, if_absent=if_absent
         )
+
+    async def make_room(self, key: str, size: int) -> None:
+        """Write ``size`` bytes at ``key``, then delete them. Room for that
+        write ends :attr:`full`: a tiny write can fit on a store too full for
+        the next real one, so only a write this size counts."""
+        await self.put(key, b"\0" * size)
+        self.full = False
+        await self.delete(key)
 
     async def delete(self, key: str, *, if_version: str | None = None) -> None:
         full = self.full_key(key)

@@ -60,10 +60,8 @@ class StoreProbe:
                 # Reads still work on a full disk: only a write shows room,
                 # and one large enough that the next real write fits too.
                 await asyncio.wait_for(
-                    storage.put("health/probe", b"\0" * FULL_PROBE_BYTES), timeout=timeout
+                    storage.make_room("health/probe", FULL_PROBE_BYTES), timeout=timeout
                 )
-                storage.full = False
-                await storage.delete("health/probe")
             else:
                 await asyncio.wait_for(storage.get("health/probe"), timeout=timeout)
             return True
