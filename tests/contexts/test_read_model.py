@@ -423,3 +423,25 @@ def test_a_responses_tail_never_opens_with_an_output_whose_call_it_cut(sidecar):
         ctx, pb.GetContextRequest(context_id=cid, view=rc.SLICE, format=rc.RESPONSES, last_n=1)
     )
     assert tail.items[0].get("type") != "function_call_output", tail.items
+
+
+def test_a_last_round_answered_in_part_gets_stand_ins_for_the_rest(sidecar):
+    """Truncating two of three results leaves a last round a provider takes
+    whole or not at all: the rest are answered by the stand-in."""
+    ctx, cid = pb_stub(sidecar), f"rm-{uuid.uuid4().hex[:10]}"
+    calls = [
+        {"id": f"c{i}", "type": "function", "function": {"name": "sh", "arguments": "{}"}}
+        for i in range(3)
+    ]
+    items = [{"role": "user", "content": "hi"}, {"role": "assistant", "tool_calls": calls}]
+    items += [{"role": "tool", "tool_call_id": f"c{i}", "content": f"r{i}"} for i in range(3)]
+    req = pb.AppendTurnRequest(context_id=cid, messages_json=json.dumps(items))
+    req.format = rc.OPENAI
+    ctx.AppendTurn(req)
+    ctx.TruncateContext(pb.TruncateContextRequest(context_id=cid, count=2))
+    read = pb.GetContextRequest(context_id=cid, view=rc.SLICE, format=rc.OPENAI)
+    rc.check_openai(rc.read_all(ctx, read).items, False)
+    read.format = rc.ANTHROPIC
+    got = rc.read_all(ctx, read)
+    rc.check_anthropic(got.system, got.items, False)
+    assert [b["tool_use_id"] for b in got.items[-1]["content"]] == ["c0", "c1", "c2"]

@@ -9,9 +9,10 @@
   assistant message that made it. ctxd accepts results later (a long-running
   call answered after more user messages), so :func:`paired` moves each
   result up behind its call and answers a call still open *before* the end
-  of the slice with :data:`PENDING_RESULT` (an open call at the very end is
-  left open: the runtime is about to run it). Transcripts that already
-  follow the rule come out unchanged.
+  of the slice with :data:`PENDING_RESULT`; so does a call of a last round
+  whose other calls have results (a provider wants all or none). A last
+  round with no result at all is left open: the runtime is about to run it.
+  Transcripts that already follow the rule come out unchanged.
 """
 
 from __future__ import annotations
@@ -141,7 +142,8 @@ def call_names(turn: Turn) -> dict[str, str]:
 def paired(msgs: Sequence[Msg]) -> list[Msg]:
     """``msgs`` with every tool result right behind the assistant message
     whose call it answers (a reused id: the latest earlier call), and calls
-    followed by other messages but unanswered given :data:`PENDING_RESULT`.
+    unanswered given :data:`PENDING_RESULT` when later messages follow or
+    another call of their round has its result.
     A result whose call is not in ``msgs`` (an earlier page) stays in place."""
     owner: dict[str, int] = {}
     answers: dict[int, list[Msg]] = {}
@@ -165,7 +167,7 @@ def paired(msgs: Sequence[Msg]) -> list[Msg]:
             continue
         got = answers.get(i, [])
         out.extend(got)
-        if i < last_other:
+        if i < last_other or got:
             done = {r.call_id for r in got}
             for c in m.tool_calls:
                 if c.id not in done:
