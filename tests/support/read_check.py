@@ -56,6 +56,7 @@ READ_OPTIONS: dict[str, tuple] = {
     "since_incarnation": (True, True, False),
     "last_n": (0, 0, 1, 3),
     "without_summary_blocks": (False, True),
+    "at_version": (0,),
 }
 OPENAI_MESSAGES = TypeAdapter(list[ChatCompletionMessageParam])
 ANTHROPIC_MESSAGES = TypeAdapter(list[MessageParam])

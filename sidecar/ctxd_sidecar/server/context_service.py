@@ -95,8 +95,7 @@ def _read_of(request: pb.GetContextRequest, field: str = "") -> _Read:
         raise InvalidArgument(f"{field}view", f"unknown view {request.view}")
     if request.consistency not in _CONSISTENCY:
         raise InvalidArgument(f"{field}consistency", f"unknown consistency {request.consistency}")
-    # A later page continues the read that began with the first page, which
-    # already checked the store; the token pins the view.
+    # A later page goes on from the first, which checked the store; the token pins the view.
     latest = False if request.page_token else _CONSISTENCY[request.consistency]
     since = request.since_version if request.HasField("since_version") else None
     if since is not None and since < 0:
@@ -126,6 +125,8 @@ def _read_of(request: pb.GetContextRequest, field: str = "") -> _Read:
         raise InvalidArgument(
             f"{field}last_n", "goes without since_version (an incremental read is already a tail)"
         )
+    if request.at_version:
+        raise InvalidArgument(f"{field}at_version", "earlier versions are not readable yet; send 0")
     return _Read(request, view, latest, since, incarnation, fmt)
 
 

@@ -333,7 +333,7 @@ class CacheEffect(_message.Message):
     def __init__(self, tokens_saved: _Optional[int] = ..., prefix_tokens_kept: _Optional[int] = ..., tokens_rewritten: _Optional[int] = ...) -> None: ...
 
 class ContextInfo(_message.Message):
-    __slots__ = ("id", "kind", "version", "turns", "est_tokens", "updated_ms", "created_ms", "message_count", "model_window", "archived", "incarnation")
+    __slots__ = ("id", "kind", "version", "turns", "est_tokens", "updated_ms", "created_ms", "message_count", "model_window", "archived", "incarnation", "forked_from", "forked_at_version")
     ID_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -345,6 +345,8 @@ class ContextInfo(_message.Message):
     MODEL_WINDOW_FIELD_NUMBER: _ClassVar[int]
     ARCHIVED_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    FORKED_FROM_FIELD_NUMBER: _ClassVar[int]
+    FORKED_AT_VERSION_FIELD_NUMBER: _ClassVar[int]
     id: str
     kind: ContextKind
     version: int
@@ -356,10 +358,12 @@ class ContextInfo(_message.Message):
     model_window: int
     archived: bool
     incarnation: str
-    def __init__(self, id: _Optional[str] = ..., kind: _Optional[_Union[ContextKind, str]] = ..., version: _Optional[int] = ..., turns: _Optional[int] = ..., est_tokens: _Optional[int] = ..., updated_ms: _Optional[int] = ..., created_ms: _Optional[int] = ..., message_count: _Optional[int] = ..., model_window: _Optional[int] = ..., archived: _Optional[bool] = ..., incarnation: _Optional[str] = ...) -> None: ...
+    forked_from: str
+    forked_at_version: int
+    def __init__(self, id: _Optional[str] = ..., kind: _Optional[_Union[ContextKind, str]] = ..., version: _Optional[int] = ..., turns: _Optional[int] = ..., est_tokens: _Optional[int] = ..., updated_ms: _Optional[int] = ..., created_ms: _Optional[int] = ..., message_count: _Optional[int] = ..., model_window: _Optional[int] = ..., archived: _Optional[bool] = ..., incarnation: _Optional[str] = ..., forked_from: _Optional[str] = ..., forked_at_version: _Optional[int] = ...) -> None: ...
 
 class GetContextRequest(_message.Message):
-    __slots__ = ("context_id", "view", "consistency", "page_size", "page_token", "since_version", "format", "cache_breakpoint", "since_incarnation", "last_n", "without_summary_blocks")
+    __slots__ = ("context_id", "view", "consistency", "page_size", "page_token", "since_version", "format", "cache_breakpoint", "since_incarnation", "last_n", "without_summary_blocks", "at_version")
     CONTEXT_ID_FIELD_NUMBER: _ClassVar[int]
     VIEW_FIELD_NUMBER: _ClassVar[int]
     CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
@@ -371,6 +375,7 @@ class GetContextRequest(_message.Message):
     SINCE_INCARNATION_FIELD_NUMBER: _ClassVar[int]
     LAST_N_FIELD_NUMBER: _ClassVar[int]
     WITHOUT_SUMMARY_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    AT_VERSION_FIELD_NUMBER: _ClassVar[int]
     context_id: str
     view: ContextView
     consistency: ReadConsistency
@@ -382,7 +387,8 @@ class GetContextRequest(_message.Message):
     since_incarnation: str
     last_n: int
     without_summary_blocks: bool
-    def __init__(self, context_id: _Optional[str] = ..., view: _Optional[_Union[ContextView, str]] = ..., consistency: _Optional[_Union[ReadConsistency, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., since_version: _Optional[int] = ..., format: _Optional[_Union[MessageFormat, str]] = ..., cache_breakpoint: _Optional[bool] = ..., since_incarnation: _Optional[str] = ..., last_n: _Optional[int] = ..., without_summary_blocks: _Optional[bool] = ...) -> None: ...
+    at_version: int
+    def __init__(self, context_id: _Optional[str] = ..., view: _Optional[_Union[ContextView, str]] = ..., consistency: _Optional[_Union[ReadConsistency, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., since_version: _Optional[int] = ..., format: _Optional[_Union[MessageFormat, str]] = ..., cache_breakpoint: _Optional[bool] = ..., since_incarnation: _Optional[str] = ..., last_n: _Optional[int] = ..., without_summary_blocks: _Optional[bool] = ..., at_version: _Optional[int] = ...) -> None: ...
 
 class GetContextResponse(_message.Message):
     __slots__ = ("info", "context", "slice", "next_page_token", "change", "messages_json", "system_json")
@@ -907,3 +913,55 @@ class CreateContextResponse(_message.Message):
     created: bool
     info: ContextInfo
     def __init__(self, created: _Optional[bool] = ..., info: _Optional[_Union[ContextInfo, _Mapping]] = ...) -> None: ...
+
+class ListVersionsRequest(_message.Message):
+    __slots__ = ("context_id", "page_size", "page_token")
+    CONTEXT_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    context_id: str
+    page_size: int
+    page_token: str
+    def __init__(self, context_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class VersionInfo(_message.Message):
+    __slots__ = ("version", "kind", "created_ms", "message_count", "est_tokens")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    CREATED_MS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    EST_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    kind: str
+    created_ms: int
+    message_count: int
+    est_tokens: int
+    def __init__(self, version: _Optional[int] = ..., kind: _Optional[str] = ..., created_ms: _Optional[int] = ..., message_count: _Optional[int] = ..., est_tokens: _Optional[int] = ...) -> None: ...
+
+class ListVersionsResponse(_message.Message):
+    __slots__ = ("versions", "next_page_token", "oldest_kept")
+    VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_KEPT_FIELD_NUMBER: _ClassVar[int]
+    versions: _containers.RepeatedCompositeFieldContainer[VersionInfo]
+    next_page_token: str
+    oldest_kept: int
+    def __init__(self, versions: _Optional[_Iterable[_Union[VersionInfo, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., oldest_kept: _Optional[int] = ...) -> None: ...
+
+class ForkContextRequest(_message.Message):
+    __slots__ = ("source_id", "at_version", "context_id", "idempotency_key")
+    SOURCE_ID_FIELD_NUMBER: _ClassVar[int]
+    AT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_ID_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    source_id: str
+    at_version: int
+    context_id: str
+    idempotency_key: str
+    def __init__(self, source_id: _Optional[str] = ..., at_version: _Optional[int] = ..., context_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class ForkContextResponse(_message.Message):
+    __slots__ = ("info",)
+    INFO_FIELD_NUMBER: _ClassVar[int]
+    info: ContextInfo
+    def __init__(self, info: _Optional[_Union[ContextInfo, _Mapping]] = ...) -> None: ...

@@ -143,6 +143,16 @@ class ContextServiceStub:
                 request_serializer=ctxd_dot_v1_dot_context__pb2.CreateContextRequest.SerializeToString,
                 response_deserializer=ctxd_dot_v1_dot_context__pb2.CreateContextResponse.FromString,
                 _registered_method=True)
+        self.ListVersions = channel.unary_unary(
+                '/ctxd.v1.ContextService/ListVersions',
+                request_serializer=ctxd_dot_v1_dot_context__pb2.ListVersionsRequest.SerializeToString,
+                response_deserializer=ctxd_dot_v1_dot_context__pb2.ListVersionsResponse.FromString,
+                _registered_method=True)
+        self.ForkContext = channel.unary_unary(
+                '/ctxd.v1.ContextService/ForkContext',
+                request_serializer=ctxd_dot_v1_dot_context__pb2.ForkContextRequest.SerializeToString,
+                response_deserializer=ctxd_dot_v1_dot_context__pb2.ForkContextResponse.FromString,
+                _registered_method=True)
 
 
 class ContextServiceServicer:
@@ -324,6 +334,27 @@ class ContextServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListVersions(self, request, context):
+        """ListVersions pages through the kept versions of a context's current
+        incarnation, newest first: what each change was, when, and the size
+        after it. Complete for what contexts.history_ttl keeps.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ForkContext(self, request, context):
+        """ForkContext makes a new conversation holding a context's state as of a
+        version (messages, summary, ledger, archive, plan, skills), independent
+        afterwards: changes to either never show in the other. Copy-on-write:
+        about an AppendTurn's cost however long the source. ALREADY_EXISTS when
+        context_id is taken (unless the same idempotency_key made it: the same
+        fork again), NOT_FOUND for an unknown source.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ContextServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -421,6 +452,16 @@ def add_ContextServiceServicer_to_server(servicer, server):
                     servicer.CreateContext,
                     request_deserializer=ctxd_dot_v1_dot_context__pb2.CreateContextRequest.FromString,
                     response_serializer=ctxd_dot_v1_dot_context__pb2.CreateContextResponse.SerializeToString,
+            ),
+            'ListVersions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListVersions,
+                    request_deserializer=ctxd_dot_v1_dot_context__pb2.ListVersionsRequest.FromString,
+                    response_serializer=ctxd_dot_v1_dot_context__pb2.ListVersionsResponse.SerializeToString,
+            ),
+            'ForkContext': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForkContext,
+                    request_deserializer=ctxd_dot_v1_dot_context__pb2.ForkContextRequest.FromString,
+                    response_serializer=ctxd_dot_v1_dot_context__pb2.ForkContextResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -950,6 +991,60 @@ class ContextService:
             '/ctxd.v1.ContextService/CreateContext',
             ctxd_dot_v1_dot_context__pb2.CreateContextRequest.SerializeToString,
             ctxd_dot_v1_dot_context__pb2.CreateContextResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListVersions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ctxd.v1.ContextService/ListVersions',
+            ctxd_dot_v1_dot_context__pb2.ListVersionsRequest.SerializeToString,
+            ctxd_dot_v1_dot_context__pb2.ListVersionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForkContext(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ctxd.v1.ContextService/ForkContext',
+            ctxd_dot_v1_dot_context__pb2.ForkContextRequest.SerializeToString,
+            ctxd_dot_v1_dot_context__pb2.ForkContextResponse.FromString,
             options,
             channel_credentials,
             insecure,
