@@ -51,7 +51,7 @@ HEAD = json.dumps(
 async def _measure(endpoint: str, existing: int, samples: int = SAMPLES) -> dict:
     from ctxd_sidecar.core.keyindex import KeyIndex
     from ctxd_sidecar.core.storage import Storage
-    from ctxd_sidecar.plugins import open_store
+    from ctxd_sidecar.plugin.manager import open_store
 
     bucket = f"bench-index-{uuid.uuid4().hex[:8]}"
     create_bucket(endpoint, bucket)

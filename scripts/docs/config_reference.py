@@ -114,7 +114,7 @@ def tables(plugin_tables: bool = True) -> list[tuple[str, type[BaseModel]]]:
         if isinstance(ann, type) and issubclass(ann, BaseModel):
             out.append((name, ann))
     if plugin_tables:
-        from ctxd_sidecar.plugins import each_result, plugin_manager
+        from ctxd_sidecar.plugin.manager import each_result, plugin_manager
 
         for _plugin, declared in each_result(plugin_manager(), "ctxd_config_tables"):
             for t in declared or []:

@@ -86,7 +86,7 @@ def render() -> str:
             lines += ["No options: anything in the query is refused.", ""]
             continue
         doc = inspect.getdoc(model) or ""
-        if doc and model.__module__ != "ctxd_sidecar.storeplugin":
+        if doc and model.__module__ != "ctxd_sidecar.plugin.storehooks":
             lines += [doc.split("\n\n")[0], ""]
         comments = field_comments(model)
         lines += ["| option | value | default | limits | meaning |", "|---|---|---|---|---|"]

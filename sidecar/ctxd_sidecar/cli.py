@@ -83,8 +83,8 @@ async def _migrate(cfg: config.Config, args: argparse.Namespace, pm) -> int:
     from ctxd_sidecar.core.errors import CtxdError
     from ctxd_sidecar.core.migrate import Migration
     from ctxd_sidecar.core.storage import Storage
-    from ctxd_sidecar.plugins import open_store
-    from ctxd_sidecar.store import StoreError
+    from ctxd_sidecar.plugin.manager import open_store
+    from ctxd_sidecar.plugin.store import StoreError
 
     target = dry_target(args.target) if args.dry_run else args.target
     require_source(args.source)
@@ -143,7 +143,7 @@ def _plugin_manager():
     implements a hook that does not exist is one line, not a traceback."""
     import pluggy
 
-    from ctxd_sidecar.plugins import plugin_manager
+    from ctxd_sidecar.plugin.manager import plugin_manager
 
     try:
         return plugin_manager()
@@ -152,7 +152,7 @@ def _plugin_manager():
 
 
 def _print_plugins(cfg: config.Config, pm) -> None:
-    from ctxd_sidecar.plugins import (
+    from ctxd_sidecar.plugin.manager import (
         available_schemes,
         each_result,
         scheme_owners,

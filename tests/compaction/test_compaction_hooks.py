@@ -21,7 +21,7 @@ EXAMPLE = Path(__file__).parents[2] / "examples" / "compaction-hooks" / "ctxd_gu
 SECRET = "AKIAABCDEFGHIJKLMNOP"
 
 BROKEN = """
-from ctxd_sidecar.hookspecs import hookimpl
+from ctxd_sidecar.plugin.spec import hookimpl
 
 
 @hookimpl
@@ -70,7 +70,7 @@ def test_the_example_installs_as_a_package_and_registers_its_entry_point(tmp_pat
     )
     assert r.returncode == 0, r.stderr
     code = (
-        "from ctxd_sidecar.plugins import plugin_manager\n"
+        "from ctxd_sidecar.plugin.manager import plugin_manager\n"
         "print(sorted(name for name, _ in plugin_manager().list_name_plugin()))"
     )
     r = subprocess.run(
@@ -124,7 +124,7 @@ def test_a_failing_hook_loses_neither_the_compaction_nor_the_turn(
     start_sidecar, store_uri_for, site, caplog
 ):
     install(site, "ctxd_broken", BROKEN)
-    caplog.set_level(logging.WARNING, "ctxd_sidecar.plugins")
+    caplog.set_level(logging.WARNING, "ctxd_sidecar.plugin.manager")
     sc = start_sidecar(store_uri_for("lmdb"))
     conversation(sc, "b")
     r = sc.contexts.Compact(pb.CompactRequest(context_id="b", keep_last=2))

@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 from ctxd_plugins.extractive_summariser import ExtractiveSummariser, extract
 from ctxd_plugins.openai_summariser import OpenAIConfig, OpenAISummariser
 from ctxd_sidecar import config as config_mod
-from ctxd_sidecar import plugins as plugins_mod
 from ctxd_sidecar.config.loader import load_config
 from ctxd_sidecar.core import errors
 from ctxd_sidecar.core.compaction import (
@@ -28,7 +27,8 @@ from ctxd_sidecar.core.compaction import (
     summarise,
 )
 from ctxd_sidecar.core.compaction.summarise import WINDOW_SAFETY
-from ctxd_sidecar.hookspecs import hookimpl
+from ctxd_sidecar.plugin import manager as plugins_mod
+from ctxd_sidecar.plugin.spec import hookimpl
 from tests.support.fake_openai import FakeOpenAI
 
 M = MessageData

@@ -10,7 +10,7 @@ import sys
 PROBE = """
 import sys
 import ctxd_sidecar.server.app
-from ctxd_sidecar.plugins import plugin_manager, open_store
+from ctxd_sidecar.plugin.manager import plugin_manager, open_store
 pm = plugin_manager()
 store = open_store("lmdb://{path}", pm)
 store.close()

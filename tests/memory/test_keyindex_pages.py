@@ -17,7 +17,7 @@ import pytest
 
 from ctxd_sidecar.core.keyindex import KeyIndex
 from ctxd_sidecar.core.storage import Storage
-from ctxd_sidecar.plugins import open_store
+from ctxd_sidecar.plugin.manager import open_store
 from tests.conftest import s3_uri
 from tests.memory.test_memory_index import NoListMemoryStore
 from tests.support.memory_helpers import fails, list_all, memory_core, put, stop

@@ -15,7 +15,7 @@ from ctxd_sidecar.core.errors import Conflict, InvalidArgument, LimitExceeded, N
 from ctxd_sidecar.core.jsonvalue import nesting_depth, validate_json
 from ctxd_sidecar.core.memory import Memory, StoreMemory, decode_record, encode_record
 from ctxd_sidecar.core.storage import Storage
-from ctxd_sidecar.store import Capability, Store
+from ctxd_sidecar.plugin.store import Capability, Store
 from tests.support.memory_helpers import Clock
 
 CAPABILITIES = (Capability.LIST, Capability.DELETE, Capability.CONDITIONAL_PUT)

@@ -19,8 +19,8 @@ from ctxd_sidecar.api.ctxd.v1 import memory_pb2 as pb
 from ctxd_sidecar.core.errors import FailedPrecondition
 from ctxd_sidecar.core.keyindex import KeyIndex
 from ctxd_sidecar.core.storage import Storage
-from ctxd_sidecar.plugins import open_store
-from ctxd_sidecar.store import Capability
+from ctxd_sidecar.plugin.manager import open_store
+from ctxd_sidecar.plugin.store import Capability
 from tests.conftest import s3_uri
 from tests.support.memory_helpers import (
     call,

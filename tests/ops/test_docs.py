@@ -76,7 +76,7 @@ def test_every_store_option_is_in_the_store_reference(site):
     sys.path.insert(0, str(ROOT / "scripts" / "docs"))
     from store_options import STORES, field_comments, model_of, option_name
 
-    from ctxd_sidecar.plugins import each_result, open_store, plugin_manager
+    from ctxd_sidecar.plugin.manager import each_result, open_store, plugin_manager
 
     page = (site / "choosing-a-store" / "index.html").read_text()
     documented = {scheme: model_of(path) for scheme, path, _ in STORES}

@@ -1,7 +1,7 @@
 """What the prose names exists: every ctxd module, class or function a
 docstring, comment or page names by import path (``ctxd_sidecar.core.storage``,
 ``ctxd_sidecar.plugin.store_hooks``), and every source file it names by path
-(``sidecar/ctxd_sidecar/store.py``, ``ctxd_sidecar/plugin.py``,
+(``sidecar/ctxd_sidecar/plugin/store.py``, ``ctxd_sidecar/plugin/``,
 ``server/composition.py`` in the architecture page).
 
 Read: the hand-written sources of the server, the built-ins and the Python
@@ -157,15 +157,17 @@ def test_the_contexts_module_map_names_every_module():
 def test_the_checks_read_references():
     # A pattern that stopped matching would pass everything: make sure each reads some.
     texts = {
-        ROOT / "x.md": "`ctxd_sidecar.store.Gone` and sidecar/ctxd_sidecar/gone.py, "
-        "`server/gone.py`, ctxd_sidecar/plugin.py."
+        ROOT / "x.md": "`ctxd_sidecar.plugin.store.Gone` and sidecar/ctxd_sidecar/gone.py, "
+        "`server/gone.py`, ctxd_sidecar/plugin/spec.py."
     }
     found = references(texts)
-    assert {r for _, r in found["dotted"]} == {"ctxd_sidecar.store.Gone"}
+    assert {r for _, r in found["dotted"]} == {"ctxd_sidecar.plugin.store.Gone"}
     assert {r for _, r in found["path"]} == {
         "sidecar/ctxd_sidecar/gone.py",
         "ctxd_sidecar/server/gone.py",
-        "ctxd_sidecar/plugin.py",
+        "ctxd_sidecar/plugin/spec.py",
     }
-    assert not resolves("ctxd_sidecar.store.Gone") and resolves("ctxd_sidecar.store.Store")
-    assert not exists("ctxd_sidecar/server/gone.py") and exists("ctxd_sidecar/plugin.py")
+    assert not resolves("ctxd_sidecar.plugin.store.Gone") and resolves(
+        "ctxd_sidecar.plugin.store.Store"
+    )
+    assert not exists("ctxd_sidecar/server/gone.py") and exists("ctxd_sidecar/plugin/spec.py")

@@ -17,11 +17,11 @@ from pydantic import Field
 
 from ctxd_plugins.openai_summariser import OpenAIConfig
 from ctxd_sidecar import cli
-from ctxd_sidecar import plugins as plugins_mod
 from ctxd_sidecar.config import Config, ConfigError, ConfigTable, Table
 from ctxd_sidecar.config.loader import load_config
 from ctxd_sidecar.core.compaction import Summary
-from ctxd_sidecar.hookspecs import hookimpl
+from ctxd_sidecar.plugin import manager as plugins_mod
+from ctxd_sidecar.plugin.spec import hookimpl
 from tests.conftest import FAST_RECONNECT, wait_serving
 
 OPENAI = "summariser.openai"
@@ -93,7 +93,7 @@ def test_unknown_environment_variables_are_a_warning_naming_them():
 
 def test_the_config_module_imports_nothing_of_the_domain():
     code = (
-        "import sys, ctxd_sidecar.config, ctxd_sidecar.config.loader, ctxd_sidecar.hookspecs;"
+        "import sys, ctxd_sidecar.config, ctxd_sidecar.config.loader;"
         "print(sorted(m for m in sys.modules"
         " if m.startswith(('ctxd_sidecar.core', 'ctxd_plugins'))))"
     )
@@ -316,7 +316,7 @@ def _installed(site: Path, group: str, name: str, source: str) -> None:
 PLUGIN_SOURCE = """
     from pydantic import BaseModel
     from ctxd_sidecar.config import ConfigTable, Table
-    from ctxd_sidecar.hookspecs import hookimpl
+    from ctxd_sidecar.plugin.spec import hookimpl
     from ctxd_plugins.memory_store import MemoryStore
 
 
@@ -356,7 +356,7 @@ def tagged_site(tmp_path, monkeypatch):
 
 
 def test_the_ctxd_plugins_group_loads_and_may_override_a_built_in_scheme(tagged_site, caplog):
-    caplog.set_level(logging.WARNING, "ctxd_sidecar.plugins")
+    caplog.set_level(logging.WARNING, "ctxd_sidecar.plugin.manager")
     pm = plugins_mod.plugin_manager()
     assert plugins_mod.scheme_owners(pm)["memory"] == ["ctxd_plugins.memory_store", "ctxd_tagged"]
     (warning,) = [r for r in caplog.records if r.getMessage().startswith("store scheme over")]

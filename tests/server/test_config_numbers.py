@@ -17,7 +17,7 @@ import pytest
 from ctxd_sidecar.config import MAX_SECONDS, ConfigError
 from ctxd_sidecar.config import loader as config_loader
 from ctxd_sidecar.config.loader import load_config
-from ctxd_sidecar.plugins import plugin_manager
+from ctxd_sidecar.plugin.manager import plugin_manager
 
 
 def _numeric_settings(kind: type) -> list[str]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ctxd_sidecar.api.ctxd.v1 import memory_pb2
-from ctxd_sidecar.plugins import available_schemes, open_store, plugin_manager
+from ctxd_sidecar.plugin.manager import available_schemes, open_store, plugin_manager
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "store-plugin"
 BUILT_IN_SCHEMES = ["lmdb", "memory", "postgres", "postgresql", "s3"]

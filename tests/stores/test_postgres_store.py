@@ -19,7 +19,7 @@ import pytest
 
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 from ctxd_sidecar.api.ctxd.v1 import memory_pb2 as mpb
-from ctxd_sidecar.plugins import open_store
+from ctxd_sidecar.plugin.manager import open_store
 from tests.support.contexts import append, full, texts, user
 from tests.support.pgproxy import PgProxy
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from ctxd_sidecar.plugins import open_store
-from ctxd_sidecar.store import PreconditionFailed, StoreUnavailable
+from ctxd_sidecar.plugin.manager import open_store
+from ctxd_sidecar.plugin.store import PreconditionFailed, StoreUnavailable
 from tests.support.pgproxy import PgProxy
 
 pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -e '.[postgres]')")

@@ -14,7 +14,7 @@ from grpc_health.v1 import health_pb2
 
 from ctxd_plugins.s3.store import S3Store
 from ctxd_sidecar.api.ctxd.v1 import memory_pb2
-from ctxd_sidecar.store import PreconditionFailed, StoreUnavailable
+from ctxd_sidecar.plugin.store import PreconditionFailed, StoreUnavailable
 from tests.conftest import s3_uri
 from tests.support.faultproxy import FaultProxy
 

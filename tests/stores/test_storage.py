@@ -21,8 +21,8 @@ from ctxd_plugins.lmdb_store import LmdbStore
 from ctxd_plugins.memory_store import MemoryStore
 from ctxd_sidecar.core.errors import Conflict, InvalidArgument, LimitExceeded, Unavailable
 from ctxd_sidecar.core.storage import TOMBSTONE, Storage
-from ctxd_sidecar.plugins import open_store
-from ctxd_sidecar.store import (
+from ctxd_sidecar.plugin.manager import open_store
+from ctxd_sidecar.plugin.store import (
     CallStyle,
     Capability,
     Item,
@@ -426,8 +426,8 @@ async def test_async_writes_are_awaited_on_the_stores_own_thread(tmp_path, stora
 def test_store_hooks_serve_one_scheme_through_pluggy():
     import pluggy
 
-    from ctxd_sidecar import hookspecs
     from ctxd_sidecar.plugin import StoreOptions, store_hooks
+    from ctxd_sidecar.plugin import spec as hookspecs
 
     class MineOptions(StoreOptions):
         a: int = 0

@@ -6,7 +6,7 @@ import pytest
 
 from ctxd_plugins.lmdb_store import LmdbStore
 from ctxd_plugins.memory_store import MemoryStore
-from ctxd_sidecar.plugins import open_store
+from ctxd_sidecar.plugin.manager import open_store
 from ctxd_sidecar.testing.store_conformance import StoreConformance, WriteDrops
 from tests.support.faultproxy import FaultProxy
 

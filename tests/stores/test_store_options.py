@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from ctxd_sidecar.plugins import open_store
+from ctxd_sidecar.plugin.manager import open_store
 
 
 @pytest.mark.parametrize(

@@ -83,7 +83,7 @@ def load_config(
     env = os.environ if env is None else env
     overrides = overrides or {}
     if plugins is None:
-        from ctxd_sidecar.plugins import plugin_manager
+        from ctxd_sidecar.plugin.manager import plugin_manager
 
         plugins = plugin_manager()
     notes: list[str] = []
@@ -105,8 +105,8 @@ def load_config(
 
 def plugin_tables(pm: pluggy.PluginManager, notes: list[str]) -> dict[str, ConfigTable]:
     """Every plugin's tables by name; a later-registered plugin overrides an
-    earlier one's table (the rule in :mod:`ctxd_sidecar.plugins`), with a note."""
-    from ctxd_sidecar.plugins import each_result
+    earlier one's table (the rule in :mod:`ctxd_sidecar.plugin.manager`), with a note."""
+    from ctxd_sidecar.plugin.manager import each_result
 
     out: dict[str, ConfigTable] = {}
     owners: dict[str, str] = {}
@@ -209,7 +209,7 @@ def _check(cfg: Config, pm: pluggy.PluginManager) -> None:
     """Checks that need more than one table, or files: the prompt template,
     then every plugin's ``ctxd_check_config``."""
     from ctxd_sidecar.core.prompt.template import load_template
-    from ctxd_sidecar.plugins import each_result
+    from ctxd_sidecar.plugin.manager import each_result
 
     try:
         if cfg.prompt.template_file:

@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Iterable
 
 from ctxd_sidecar.core.storage import Storage
-from ctxd_sidecar.store import Capability
+from ctxd_sidecar.plugin.store import Capability
 
 #: Prefixes nobody waited on for this long are forgotten.
 _FORGET_AFTER_S = 60.0

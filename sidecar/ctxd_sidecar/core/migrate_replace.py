@@ -25,7 +25,7 @@ from typing import Any
 from ctxd_sidecar.core.contexts.model import SegmentRef
 from ctxd_sidecar.core.contexts.persistence import decode, head_key, log_key, seg_key
 from ctxd_sidecar.core.errors import CtxdError
-from ctxd_sidecar.store import Item
+from ctxd_sidecar.plugin.store import Item
 
 #: The running :class:`ctxd_sidecar.core.migrate.Migration` (its stores and
 #: report); not imported, as that module imports this one.

@@ -1,6 +1,6 @@
 """The sidecar's view of a store: namespaced keys, async calls, tombstones.
 
-Domain code never talks to a :class:`ctxd_sidecar.store.Store` directly. It uses a
+Domain code never talks to a :class:`ctxd_sidecar.plugin.store.Store` directly. It uses a
 :class:`Storage`, which
 
 * prefixes every key with ``<prefix>/<instance>/`` so one bucket or LMDB
@@ -26,7 +26,7 @@ from typing import TypeVar
 
 from ctxd_sidecar.core.errors import Conflict, InvalidArgument, LimitExceeded, Unavailable
 from ctxd_sidecar.core.observe import NullObserver, StoreObserver
-from ctxd_sidecar.store import (
+from ctxd_sidecar.plugin.store import (
     CallStyle,
     Capability,
     Item,

@@ -19,7 +19,8 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 from ctxd_sidecar import metrics
 from ctxd_sidecar.api.ctxd.v1 import context_pb2, memory_pb2
 from ctxd_sidecar.config import Config
-from ctxd_sidecar.plugins import plugin_manager
+from ctxd_sidecar.plugin.manager import plugin_manager
+from ctxd_sidecar.plugin.store import StoreError
 from ctxd_sidecar.server import composition
 from ctxd_sidecar.server.exposure import exposure_warning
 from ctxd_sidecar.server.layers import (
@@ -36,7 +37,6 @@ from ctxd_sidecar.server.layers import (
 )
 from ctxd_sidecar.server.probe import StoreProbe
 from ctxd_sidecar.server.registration import add_service
-from ctxd_sidecar.store import StoreError
 
 log = logging.getLogger(__name__)
 

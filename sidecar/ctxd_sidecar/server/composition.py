@@ -35,7 +35,7 @@ from ctxd_sidecar.core.observe import StoreObservers
 from ctxd_sidecar.core.prompt.assemble import PromptAssembler
 from ctxd_sidecar.core.skills import SkillCatalogue
 from ctxd_sidecar.core.storage import Storage
-from ctxd_sidecar.plugins import PluginHooks, open_store, summarisers
+from ctxd_sidecar.plugin.manager import PluginHooks, open_store, summarisers
 from ctxd_sidecar.server import tracing
 from ctxd_sidecar.server.context_service import ContextServicer
 from ctxd_sidecar.server.memory_service import MemoryServicer

@@ -18,7 +18,7 @@ from ctxd_sidecar.core.contexts.model import CONVERSATION, ROOT, ROOT_ID, Contex
 from ctxd_sidecar.core.contexts.persistence import Damaged, NeedsFullRestore
 from ctxd_sidecar.core.contexts.service import ContextService
 from ctxd_sidecar.core.errors import InvalidArgument
-from ctxd_sidecar.store import Item
+from ctxd_sidecar.plugin.store import Item
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ from ctxd_sidecar.core.contexts.segments import (
 from ctxd_sidecar.core.errors import Conflict, NotFound, Unavailable
 from ctxd_sidecar.core.jsonvalue import encode_compact
 from ctxd_sidecar.core.storage import Storage
-from ctxd_sidecar.store import Item
+from ctxd_sidecar.plugin.store import Item
 
 log = logging.getLogger(__name__)
 

@@ -44,7 +44,7 @@ from ctxd_sidecar.core.contexts.transaction import COMMIT_ATTEMPTS, Missing, Tra
 from ctxd_sidecar.core.errors import Conflict, CtxdError, InvalidArgument
 from ctxd_sidecar.core.keyindex import KeyIndex
 from ctxd_sidecar.core.storage import Storage
-from ctxd_sidecar.store import Item
+from ctxd_sidecar.plugin.store import Item
 
 log = logging.getLogger(__name__)
 

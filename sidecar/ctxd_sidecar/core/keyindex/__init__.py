@@ -60,7 +60,7 @@ from ctxd_sidecar.core.keyindex.pages import (
     fresh_adds,
 )
 from ctxd_sidecar.core.storage import Storage
-from ctxd_sidecar.store import Item
+from ctxd_sidecar.plugin.store import Item
 
 __all__ = [
     "DEFAULT_GRACE_SECONDS",

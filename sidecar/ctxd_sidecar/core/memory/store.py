@@ -45,7 +45,7 @@ from ctxd_sidecar.core.memory.service import MemoryBackend
 from ctxd_sidecar.core.memory.tally import Tally
 from ctxd_sidecar.core.observe import MemoryObserver, NullObserver
 from ctxd_sidecar.core.storage import Storage
-from ctxd_sidecar.store import Item
+from ctxd_sidecar.plugin.store import Item
 
 log = logging.getLogger(__name__)
 

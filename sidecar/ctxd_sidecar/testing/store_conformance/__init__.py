@@ -1,6 +1,6 @@
 """The conformance suite every ctxd store backend must pass.
 
-ctxd relies on a small contract (:mod:`ctxd_sidecar.store`): values round-trip
+ctxd relies on a small contract (:mod:`ctxd_sidecar.plugin.store`): values round-trip
 byte for byte, any non-empty UTF-8 key works, versions change when content
 changes, and each capability a store declares holds exactly as documented,
 while one it does not declare is refused with :class:`NotImplementedError`

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from ctxd_sidecar.store import CallStyle, Capability, Store
+from ctxd_sidecar.plugin.store import CallStyle, Capability, Store
 
 #: Keys that trip up URL encoding, file systems and naive escaping. Every one
 #: must round-trip and stay distinct from all others (``Key``/``key`` too).

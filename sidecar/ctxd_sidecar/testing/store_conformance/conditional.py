@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from ctxd_sidecar.store import Capability, Item, PreconditionFailed, Store
+from ctxd_sidecar.plugin.store import Capability, Item, PreconditionFailed, Store
 from ctxd_sidecar.testing.store_conformance.base import StoreFixtures, store_declaring
 
 

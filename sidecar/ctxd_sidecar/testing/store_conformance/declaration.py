@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from ctxd_sidecar.store import CallStyle, Capability, Item, Store
+from ctxd_sidecar.plugin.store import CallStyle, Capability, Item, Store
 from ctxd_sidecar.testing.store_conformance.base import StoreFixtures, declares
 
 

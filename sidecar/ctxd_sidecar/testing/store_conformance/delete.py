@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ctxd_sidecar.store import Capability, Item, PreconditionFailed, Store
+from ctxd_sidecar.plugin.store import Capability, Item, PreconditionFailed, Store
 from ctxd_sidecar.testing.store_conformance.base import StoreFixtures, store_declaring
 
 

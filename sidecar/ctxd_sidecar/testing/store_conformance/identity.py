@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from ctxd_sidecar.store import Capability, Item, PreconditionFailed, Store, StoreUnavailable
+from ctxd_sidecar.plugin.store import Capability, Item, PreconditionFailed, Store, StoreUnavailable
 from ctxd_sidecar.testing.store_conformance.base import SEED, StoreFixtures, require
 
 

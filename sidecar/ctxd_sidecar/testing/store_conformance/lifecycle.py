@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from ctxd_sidecar.store import CallStyle, Capability, Item, PreconditionFailed, Store
+from ctxd_sidecar.plugin.store import CallStyle, Capability, Item, PreconditionFailed, Store
 from ctxd_sidecar.testing.store_conformance.base import StoreFixtures, declares, put_many
 
 

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from ctxd_sidecar.store import Capability, Store
+from ctxd_sidecar.plugin.store import Capability, Store
 from ctxd_sidecar.testing.store_conformance.base import (
     SEED,
     StoreFixtures,

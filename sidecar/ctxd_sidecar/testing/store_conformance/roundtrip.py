@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from ctxd_sidecar.store import Capability, Item, Store
+from ctxd_sidecar.plugin.store import Capability, Item, Store
 from ctxd_sidecar.testing.store_conformance.base import (
     AWKWARD_KEYS,
     SEED,

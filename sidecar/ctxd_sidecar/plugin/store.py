@@ -112,7 +112,7 @@ class StoreUnavailable(StoreError):
 
 class Store(abc.ABC):
     """A key/value backend. Subclass it in a plugin and return it from
-    :func:`ctxd_sidecar.hookspecs.ctxd_open_store`."""
+    :func:`ctxd_sidecar.plugin.spec.ctxd_open_store`."""
 
     #: Backend label used in logs and metrics (e.g. ``"lmdb"``).
     name: ClassVar[str] = "store"

@@ -23,8 +23,8 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pluggy
 
-from ctxd_sidecar import hookspecs
-from ctxd_sidecar.store import Store
+from ctxd_sidecar.plugin import spec
+from ctxd_sidecar.plugin.store import Store
 
 if TYPE_CHECKING:
     from ctxd_sidecar.config import Config
@@ -41,8 +41,8 @@ BUILT_IN_DIST = "ctxd-sidecar"
 
 def plugin_manager() -> pluggy.PluginManager:
     """A plugin manager with every built-in and installed plugin loaded."""
-    pm = pluggy.PluginManager(hookspecs.PROJECT)
-    pm.add_hookspecs(hookspecs)
+    pm = pluggy.PluginManager(spec.PROJECT)
+    pm.add_hookspecs(spec)
     for ep in _entry_points():
         if pm.get_plugin(ep.value) is None and not pm.is_blocked(ep.value):
             pm.register(ep.load(), name=ep.value)

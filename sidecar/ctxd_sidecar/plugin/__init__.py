@@ -6,7 +6,7 @@ built-in plugins in ``plugins/`` use nothing else)::
     from ctxd_sidecar.plugin import Capability, Item, Store, StoreOptions, hookimpl, store_hooks
 
 * hooks: :data:`hookimpl` (the marker; every hook is documented in
-  :mod:`ctxd_sidecar.hookspecs`);
+  :mod:`ctxd_sidecar.plugin.spec`);
 * stores: :class:`Store`, :class:`Item`, :class:`Capability` (what a store
   can do), :class:`CallStyle` (how it likes to be called), the errors it
   raises, :func:`check_precondition` and :func:`content_version` for
@@ -55,9 +55,9 @@ from ctxd_sidecar.core.compaction import (
 from ctxd_sidecar.core.compaction.excerpt import compact_json
 from ctxd_sidecar.core.compaction.summary import clean_item
 from ctxd_sidecar.core.errors import Unavailable
-from ctxd_sidecar.hookspecs import hookimpl
-from ctxd_sidecar.plugins import open_store
-from ctxd_sidecar.store import (
+from ctxd_sidecar.plugin.manager import open_store
+from ctxd_sidecar.plugin.spec import hookimpl
+from ctxd_sidecar.plugin.store import (
     CallStyle,
     Capability,
     Item,
@@ -69,7 +69,7 @@ from ctxd_sidecar.store import (
     check_precondition,
     content_version,
 )
-from ctxd_sidecar.storeplugin import StoreHooks, StoreOptions, parse_options, store_hooks
+from ctxd_sidecar.plugin.storehooks import StoreHooks, StoreOptions, parse_options, store_hooks
 
 __all__ = [
     "ANSWER_SCHEMA",

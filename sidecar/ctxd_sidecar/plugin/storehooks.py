@@ -28,8 +28,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ctxd_sidecar.hookspecs import hookimpl
-from ctxd_sidecar.store import Store
+from ctxd_sidecar.plugin.spec import hookimpl
+from ctxd_sidecar.plugin.store import Store
 
 
 class StoreOptions(BaseModel):

@@ -7,7 +7,7 @@ kind of plugin; ctxd's own built-ins are declared there the same way)::
     [project.entry-points."ctxd.plugins"]
     redis = "ctxd_redis"
 
-Order and precedence (one rule for every hook, see :mod:`ctxd_sidecar.plugins`):
+Order and precedence (one rule for every hook, see :mod:`ctxd_sidecar.plugin.manager`):
 the built-ins register first, then every other ``ctxd.plugins`` entry. A
 later-registered plugin overrides what an earlier one offers under the same
 store scheme, summariser name or config table, and ctxd logs a warning
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from ctxd_sidecar.config import Config, ConfigTable
     from ctxd_sidecar.core.compaction import MessageView, Summariser
     from ctxd_sidecar.core.contexts.archive import CompactionInfo
-    from ctxd_sidecar.store import Store
+    from ctxd_sidecar.plugin.store import Store
 
 PROJECT = "ctxd"
 
@@ -71,7 +71,7 @@ def ctxd_open_store(scheme: str, uri: str, options: Mapping[str, str]) -> Store 
     :param uri: the full store URI as configured (may carry credentials in
         its query; never log it).
     :param options: the URI's query parameters, decoded.
-    :return: a :class:`ctxd_sidecar.store.Store`, or ``None`` to let another
+    :return: a :class:`ctxd_sidecar.plugin.store.Store`, or ``None`` to let another
         plugin answer. The newest-registered plugin is asked first and the
         first non-``None`` result wins, so an installed plugin may take over
         a built-in scheme.
@@ -90,7 +90,7 @@ def ctxd_summarisers(config: Config) -> Sequence[Summariser]:
         Raise ``ValueError`` with an operator-facing message for a bad setting.
 
     Called once at start-up on every plugin (see
-    :func:`ctxd_sidecar.plugins.summarisers`); a later-registered plugin that
+    :func:`ctxd_sidecar.plugin.manager.summarisers`); a later-registered plugin that
     offers a name already taken overrides it, with a warning.
     """
 
