@@ -21,8 +21,8 @@ def serve(argv: list[str]) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = ap.parse_args(argv)
 
-    from ctxd_sidecar import logs
     from ctxd_sidecar.config.loader import load_config
+    from ctxd_sidecar.server import logs
     from ctxd_sidecar.server.app import Sidecar, settle_heap
 
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")

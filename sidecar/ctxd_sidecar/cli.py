@@ -17,8 +17,9 @@ import sys
 # when grpc is first imported, so it is set before anything imports grpc.
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
-from ctxd_sidecar import __version__, config, logs  # noqa: E402
+from ctxd_sidecar import __version__, config  # noqa: E402
 from ctxd_sidecar.config.loader import load_config  # noqa: E402
+from ctxd_sidecar.server import logs  # noqa: E402
 
 log = logging.getLogger("ctxd")
 

@@ -136,7 +136,7 @@ def test_turns_slices_and_reads_follow_pages(client):
 def served(method: str, *codes: str) -> float:
     """Calls of ContextService ``method`` the in-process sidecars answered with
     one of ``codes`` (OK by default), from their metrics."""
-    from ctxd_sidecar import metrics
+    from ctxd_sidecar.server import metrics
 
     return sum(
         metrics.RPC_REQUESTS.labels("ctxd.v1.ContextService", method, code)._value.get()

@@ -15,10 +15,10 @@ import sys
 import grpc
 import pytest
 
-from ctxd_sidecar import logs
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as cpb
 from ctxd_sidecar.api.ctxd.v1 import context_pb2_grpc, memory_pb2_grpc
 from ctxd_sidecar.api.ctxd.v1 import memory_pb2 as mpb
+from ctxd_sidecar.server import logs
 from tests.conftest import FAST_RECONNECT, free_port, wait_serving
 
 TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")

@@ -374,7 +374,7 @@ async def test_store_failures_reach_the_observer_by_kind(storage_for, error, kin
 async def test_the_prometheus_observer_keeps_the_store_metric_names(storage_for):
     from prometheus_client import REGISTRY
 
-    from ctxd_sidecar import metrics
+    from ctxd_sidecar.server import metrics
 
     def sample(name, **labels):
         return REGISTRY.get_sample_value(name, labels) or 0

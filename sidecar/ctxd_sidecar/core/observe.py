@@ -1,7 +1,7 @@
 """What the domain reports about itself, without knowing who listens.
 
 The domain calls these observers; the server wires implementations (the
-Prometheus one is :mod:`ctxd_sidecar.metrics`). The defaults do nothing, so the
+Prometheus one is :mod:`ctxd_sidecar.server.metrics`). The defaults do nothing, so the
 domain runs, and is tested, without any metrics library.
 """
 

@@ -16,12 +16,11 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
-from ctxd_sidecar import metrics
 from ctxd_sidecar.api.ctxd.v1 import context_pb2, memory_pb2
 from ctxd_sidecar.config import Config
 from ctxd_sidecar.plugin.manager import plugin_manager
 from ctxd_sidecar.plugin.store import StoreError
-from ctxd_sidecar.server import composition
+from ctxd_sidecar.server import composition, metrics
 from ctxd_sidecar.server.exposure import exposure_warning
 from ctxd_sidecar.server.layers import (
     HEALTH_WATCH,

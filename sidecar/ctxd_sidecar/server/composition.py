@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 import pluggy
 
-from ctxd_sidecar import metrics
 from ctxd_sidecar.config import Config
 from ctxd_sidecar.core.contexts.auto import AutoCompaction
 from ctxd_sidecar.core.contexts.compaction import Compactor
@@ -36,7 +35,7 @@ from ctxd_sidecar.core.prompt.assemble import PromptAssembler
 from ctxd_sidecar.core.skills import SkillCatalogue
 from ctxd_sidecar.core.storage import Storage
 from ctxd_sidecar.plugin.manager import PluginHooks, open_store, summarisers
-from ctxd_sidecar.server import tracing
+from ctxd_sidecar.server import metrics, tracing
 from ctxd_sidecar.server.context_service import ContextServicer
 from ctxd_sidecar.server.memory_service import MemoryServicer
 

@@ -10,9 +10,8 @@ import uuid
 
 import grpc
 
-from ctxd_sidecar import metrics
 from ctxd_sidecar.core.errors import CtxdError
-from ctxd_sidecar.server import status
+from ctxd_sidecar.server import metrics, status
 from ctxd_sidecar.server.layers.pipeline import _is_stream_reply, _replace
 
 log = logging.getLogger(__name__)
