@@ -36,8 +36,8 @@ from ctxd_sidecar.core.skills import SkillCatalogue
 from ctxd_sidecar.core.storage import Storage
 from ctxd_sidecar.plugin.manager import PluginHooks, open_store, summarisers
 from ctxd_sidecar.server import metrics, tracing
-from ctxd_sidecar.server.context_service import ContextServicer
-from ctxd_sidecar.server.memory_service import MemoryServicer
+from ctxd_sidecar.server.contexts import ContextServicer
+from ctxd_sidecar.server.memory import MemoryServicer
 
 
 @dataclass
