@@ -31,7 +31,9 @@ LEAKS = ("Traceback", "/site-packages/", "/ctxd_sidecar/", "/ctxd_plugins/", 'Fi
 class Process:
     """``ctxd serve`` whose whole stderr is kept (read after it exits)."""
 
-    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, *args: str, env: dict[str, str] | None = None, serving: bool = True
+    ) -> None:
         self.address = f"127.0.0.1:{free_port()}"
         cmd = [sys.executable, "-m", "ctxd_sidecar", "serve", "--listen", self.address, *args]
         self.proc = subprocess.Popen(
@@ -41,7 +43,13 @@ class Process:
             stderr=subprocess.PIPE,
         )
         self.channel = grpc.insecure_channel(self.address, options=FAST_RECONNECT)
-        wait_serving(self.channel, 30, self.proc)
+        if serving:
+            wait_serving(self.channel, 30, self.proc)
+        else:
+            # A sidecar whose store is down answers, but its health probe turns
+            # NOT_SERVING a few seconds in: on a loaded machine that can come
+            # before the first health check does.
+            grpc.channel_ready_future(self.channel).result(timeout=30)
 
     def stop(self) -> str:
         self.channel.close()
@@ -183,6 +191,7 @@ def test_a_store_that_is_down_logs_no_tracebacks(tmp_path):
         "--store",
         f"s3://bucket/p?endpoint_url={dead}&region=us-east-1&max_attempts=1&connect_timeout=0.2",
         env={"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y"},
+        serving=False,
     )
     mem = memory_pb2_grpc.MemoryServiceStub(sc.channel)
     with pytest.raises(grpc.RpcError) as err:
