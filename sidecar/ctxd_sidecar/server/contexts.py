@@ -3,22 +3,17 @@
 Each method converts the request to domain terms (:mod:`.context_convert`),
 calls the use case the composition root handed in, and converts the answer
 back; domain errors become statuses in :mod:`ctxd_sidecar.server.layers`.
-The rules of changes live in :mod:`ctxd_sidecar.core.contexts`. Those of a
-read do not yet: which request fields go together (:func:`_read_of`), the
-JSON page budget (:func:`_json_page`) and the choice between the transcript
-pager and the provider pager (``_answer``) are decided here.
+The rules of changes and of reads live in :mod:`ctxd_sidecar.core.contexts`
+(a read's in :mod:`~ctxd_sidecar.core.contexts.reads`; its conversion is
+:mod:`.read_convert`).
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import grpc
 
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 from ctxd_sidecar.api.ctxd.v1 import context_pb2_grpc
-from ctxd_sidecar.core import providers
-from ctxd_sidecar.core.contexts import views
 from ctxd_sidecar.core.contexts.compaction import Compactor
 from ctxd_sidecar.core.contexts.deletion import Deletion
 from ctxd_sidecar.core.contexts.listing import Listing
@@ -27,17 +22,14 @@ from ctxd_sidecar.core.contexts.service import ContextService
 from ctxd_sidecar.core.contexts.skillset import SkillSet
 from ctxd_sidecar.core.contexts.turns import TurnRequest, Turns
 from ctxd_sidecar.core.errors import CtxdError, InvalidArgument, Unavailable
-from ctxd_sidecar.core.providers import pages as provider_pages
 from ctxd_sidecar.core.providers import relabel
-from ctxd_sidecar.server import wire
+from ctxd_sidecar.server import read_convert, wire
 from ctxd_sidecar.server.context_convert import (
-    FORMAT_FROM_PB,
     KIND_FROM_PB,
     OUTCOME_FROM_PB,
     applied_pb,
     binding_from_pb,
     cache_pb,
-    context_meta_pb,
     event_pb,
     expected_version,
     fill_msg_pb,
@@ -45,135 +37,10 @@ from ctxd_sidecar.server.context_convert import (
     plan_edit_from_pb,
     plan_or_none_pb,
     record_pb,
-    slice_blocks_pb,
-    slice_json,
     summary_to_pb,
     turn_messages,
 )
 from ctxd_sidecar.server.context_edits import ContextEdits
-
-_VIEWS = {
-    pb.CONTEXT_VIEW_UNSPECIFIED: views.FULL,
-    pb.CONTEXT_VIEW_FULL: views.FULL,
-    pb.CONTEXT_VIEW_SLICE: views.SLICE,
-    pb.CONTEXT_VIEW_INFO: "info",
-}
-#: ``latest`` for ContextService.get (None: the configured default).
-_CONSISTENCY = {
-    pb.READ_CONSISTENCY_UNSPECIFIED: None,
-    pb.READ_CONSISTENCY_LATEST: True,
-    pb.READ_CONSISTENCY_CACHED: False,
-}
-_CHANGE = {
-    "": pb.SLICE_CHANGE_UNSPECIFIED,
-    views.NONE: pb.SLICE_CHANGE_NONE,
-    views.APPEND: pb.SLICE_CHANGE_APPEND,
-    views.REPLACE: pb.SLICE_CHANGE_REPLACE,
-}
-
-
-@dataclass(frozen=True, slots=True)
-class _Read:
-    """A GetContextRequest checked whole, before anything is read or appended."""
-
-    request: pb.GetContextRequest
-    view: str
-    #: ``latest`` for ContextService.get (None: the configured default).
-    latest: bool | None
-    since: int | None
-    #: The incarnation ``since`` belongs to ("": not sent, the version alone decides).
-    incarnation: str
-    #: "" or a provider format of the slice.
-    fmt: str
-
-
-def _read_of(request: pb.GetContextRequest, field: str = "") -> _Read:
-    """``request``'s settings, refused with the field named (``field`` prefixes
-    it: ``read.`` inside an AppendTurnRequest)."""
-    view = _VIEWS.get(request.view)
-    if view is None:
-        raise InvalidArgument(f"{field}view", f"unknown view {request.view}")
-    if request.consistency not in _CONSISTENCY:
-        raise InvalidArgument(f"{field}consistency", f"unknown consistency {request.consistency}")
-    # A later page goes on from the first, which checked the store; the token pins the view.
-    latest = False if request.page_token else _CONSISTENCY[request.consistency]
-    since = request.since_version if request.HasField("since_version") else None
-    if since is not None and since < 0:
-        raise InvalidArgument(f"{field}since_version", "must not be negative")
-    incarnation = request.since_incarnation
-    if incarnation and since is None:
-        raise InvalidArgument(
-            f"{field}since_incarnation",
-            "goes with since_version (the incarnation of the version held); set both or neither",
-        )
-    if len(incarnation) > views.MAX_INCARNATION:
-        raise InvalidArgument(
-            f"{field}since_incarnation",
-            f"is {len(incarnation)} characters; send back the ContextInfo.incarnation a read "
-            "returned",
-        )
-    if request.page_size < 0:
-        raise InvalidArgument(f"{field}page_size", "must not be negative")
-    fmt = FORMAT_FROM_PB.get(request.format)
-    if fmt is None:
-        raise InvalidArgument(f"{field}format", f"unknown message format {request.format}")
-    if fmt and view != views.SLICE:
-        raise InvalidArgument(f"{field}format", "goes with CONTEXT_VIEW_SLICE")
-    if request.last_n < 0:
-        raise InvalidArgument(f"{field}last_n", "must not be negative (0 reads all)")
-    if request.last_n and since is not None:
-        raise InvalidArgument(
-            f"{field}last_n", "goes without since_version (an incremental read is already a tail)"
-        )
-    if request.at_version:
-        raise InvalidArgument(f"{field}at_version", "earlier versions are not readable yet; send 0")
-    return _Read(request, view, latest, since, incarnation, fmt)
-
-
-def _turn_read(request: pb.AppendTurnRequest) -> _Read:
-    """AppendTurnRequest.read, checked before the turn is appended."""
-    read = request.read
-    if read.context_id and read.context_id != request.context_id:
-        raise InvalidArgument("read.context_id", "must be empty or the turn's context_id")
-    if read.page_token:
-        raise InvalidArgument(
-            "read.page_token", "a turn's read starts at the first page; continue with GetContext"
-        )
-    return _read_of(read, "read.")
-
-
-#: What a page in a provider's JSON shape may take (messages and system
-#: JSON), under a default client's 4 MiB with room for the rest of the reply.
-JSON_PAGE_BYTES = 3 * 1024 * 1024 + 768 * 1024
-
-
-def _json_page(read: _Read, st, page: views.Page) -> tuple[views.Page, tuple[str, str]]:
-    """``page`` in ``read.fmt``, with fewer messages while its JSON is over
-    :data:`JSON_PAGE_BYTES`: pages are sized by stored bytes, and escaping
-    can take several times as much (``\u0001``, quotes in JSON text)."""
-    request = read.request
-    while True:
-        out = slice_json(
-            read.fmt, st, page, request.cache_breakpoint, blocks=not request.without_summary_blocks
-        )
-        count = len(page.messages)
-        if count <= 1 or sum(len(x) for x in out) * 4 <= JSON_PAGE_BYTES:
-            return page, out  # four bytes a character at most: no need to encode
-        if sum(len(x.encode()) for x in out) <= JSON_PAGE_BYTES:
-            return page, out
-        page = views.read(
-            st,
-            read.view,
-            size=count // 2,
-            token=request.page_token,
-            since=read.since,
-            incarnation=read.incarnation,
-            last=request.last_n,
-        )
-
-
-def _serialized(reply: pb.GetContextResponse | bytes) -> bytes:
-    return reply if isinstance(reply, bytes) else reply.SerializeToString()
 
 
 class ContextServicer(ContextEdits, context_pb2_grpc.ContextServiceServicer):
@@ -204,7 +71,7 @@ class ContextServicer(ContextEdits, context_pb2_grpc.ContextServiceServicer):
     async def AppendTurn(
         self, request: pb.AppendTurnRequest, context: grpc.aio.ServicerContext
     ) -> pb.AppendTurnResponse | bytes:
-        read = _turn_read(request) if request.HasField("read") else None
+        read = read_convert.turn_read(request)
         messages, origins = turn_messages(request)
         try:
             r = await self.turns.append(
@@ -235,76 +102,25 @@ class ContextServicer(ContextEdits, context_pb2_grpc.ContextServiceServicer):
         )
         if read is None:
             return reply
-        # A committed turn took the next version, so the cached copy holds
-        # every write acknowledged before this call (LATEST asks the store
-        # again for what came after); a replayed one committed nothing now
-        # and reads as GetContext would.
-        latest = read.latest
-        if latest is None and not r.replayed:
-            latest = False
         try:
-            st = await self.contexts.get(request.context_id, latest=latest)
-            answer = self._answer(read, st)
+            st = await self.contexts.get(request.context_id, latest=read.after_turn(r.replayed))
+            answer = read_convert.answer(st, read, self.contexts.compactions)
         except CtxdError:
             # Deleted (or unreadable) since the commit: the turn stands, and
             # an error now would invite a retry of what is already durable.
             return reply
         return wire.embed(
-            reply.SerializeToString(), pb.AppendTurnResponse.READ_FIELD_NUMBER, _serialized(answer)
+            reply.SerializeToString(),
+            pb.AppendTurnResponse.READ_FIELD_NUMBER,
+            read_convert.serialized(answer),
         )
 
     async def GetContext(
         self, request: pb.GetContextRequest, context: grpc.aio.ServicerContext
-    ) -> pb.GetContextResponse:
-        read = _read_of(request)
-        st = await self.contexts.get(request.context_id, latest=read.latest)
-        return self._answer(read, st)
-
-    def _answer(self, read: _Read, st) -> pb.GetContextResponse | bytes:
-        """The reply to ``read`` from ``st``, converted without awaiting so the
-        record cannot change underneath."""
-        request, view = read.request, read.view
-        resp = pb.GetContextResponse(info=info_to_pb(st.info()))
-        if view == "info":
-            return resp
-        if read.fmt in (providers.OPENAI, providers.ANTHROPIC):
-            # Cut from the rendered request (or tail), so pages and deltas join validly.
-            jp = provider_pages.read(
-                read.fmt,
-                st,
-                size=request.page_size,
-                token=request.page_token,
-                since=read.since,
-                incarnation=read.incarnation,
-                mark=request.cache_breakpoint,
-                blocks=not request.without_summary_blocks,
-                last=request.last_n,
-            )
-            resp.messages_json, resp.system_json = jp.messages_json, jp.system_json
-            resp.next_page_token, resp.change = jp.next_token, _CHANGE[jp.change]
-            return resp
-        page = views.read(
-            st,
-            view,
-            size=request.page_size,
-            token=request.page_token,
-            since=read.since,
-            incarnation=read.incarnation,
-            last=request.last_n,
-        )
-        if read.fmt:
-            page, (resp.messages_json, resp.system_json) = _json_page(read, st, page)
-        resp.next_page_token = page.next_token
-        resp.change = _CHANGE[page.change]
-        # Assembled from each message's encoded bytes (see ctxd_sidecar.server.wire).
-        if view == views.FULL:
-            meta = context_meta_pb(st)
-            meta.compactions.extend(record_pb(r) for r in self.contexts.compactions(st))
-            return wire.full_reply(resp, meta, page.messages)
-        if read.fmt:
-            return resp
-        blocks = slice_blocks_pb(st) if page.first and not request.without_summary_blocks else []
-        return wire.slice_reply(resp, blocks, page.messages)
+    ) -> pb.GetContextResponse | bytes:
+        read = read_convert.read_request(request)
+        st = await self.contexts.get(read.context_id, latest=read.latest)
+        return read_convert.answer(st, read, self.contexts.compactions)
 
     async def ListContexts(
         self, request: pb.ListContextsRequest, context: grpc.aio.ServicerContext

@@ -45,6 +45,9 @@ MAX_PAGE_SIZE = 10_000
 #: Message bytes per page (text, JSON, ids); the rest of a reply stays well
 #: under a default client's 4 MiB.
 PAGE_BYTES = 3 * 1024 * 1024
+#: What a page in a JSON shape may take (messages and system JSON), under a
+#: default client's 4 MiB with room for the rest of the reply.
+JSON_PAGE_BYTES = 3 * 1024 * 1024 + 768 * 1024
 #: What a message costs in a reply beyond its text (ids, field tags).
 MESSAGE_FRAME_BYTES = 64
 

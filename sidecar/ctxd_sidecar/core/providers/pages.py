@@ -16,11 +16,11 @@ pages and deltas are cut from the *rendered* list:
   incarnations, versions from the future and reshaping changes are REPLACE
   as in :mod:`ctxd_sidecar.core.contexts.views`.
 * **Pages**: at most ``page_size`` elements and about
-  :data:`PAGE_JSON_BYTES`; the token names the element to continue at and
-  a digest of everything delivered before it. A later page is rendered
-  from the view then; when its first elements no longer match the digest
-  (a change rewrote what was delivered), the token is stale: ABORTED, read
-  again from the first page.
+  :data:`~ctxd_sidecar.core.contexts.views.JSON_PAGE_BYTES`; the token
+  names the element to continue at and a digest of everything delivered
+  before it. A later page is rendered from the view then; when its first
+  elements no longer match the digest (a change rewrote what was
+  delivered), the token is stale: ABORTED, read again from the first page.
 
 * **Tail reads** (``last``): the view rendered from the message
   :func:`~ctxd_sidecar.core.contexts.views.tail_start` picks (never inside a
@@ -43,14 +43,19 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 from ctxd_sidecar.core.contexts.model import ContextState, Msg
-from ctxd_sidecar.core.contexts.views import APPEND, NONE, REPLACE, SLICE, page_size, tail_start
+from ctxd_sidecar.core.contexts.views import (
+    APPEND,
+    JSON_PAGE_BYTES,
+    NONE,
+    REPLACE,
+    SLICE,
+    page_size,
+    tail_start,
+)
 from ctxd_sidecar.core.errors import Conflict, InvalidArgument
 from ctxd_sidecar.core.providers import join_units, render_parts
 from ctxd_sidecar.core.providers.ids import IdMap
 
-#: What a page's messages and system JSON may take, under a default
-#: client's 4 MiB with room for the rest of the reply.
-PAGE_JSON_BYTES = 3 * 1024 * 1024 + 768 * 1024
 _PREFIX = "j1."
 #: Renders kept per context: the view a caller holds and the view now.
 _KEPT = 2
@@ -199,7 +204,7 @@ def _page(
     system: str,
     start: int = 0,
 ) -> JsonPage:
-    budget = PAGE_JSON_BYTES - len(system.encode())
+    budget = JSON_PAGE_BYTES - len(system.encode())
     end = at
     while end < len(now.parts) and end - at < limit:
         cost = len(now.parts[end].encode()) + 32
