@@ -11,7 +11,8 @@ Modules, from the use cases down to the record:
 * one module per use case: :mod:`.turns` (AppendTurn), :mod:`.reads`
   (GetContext: the request checked whole and the one ``read`` that picks
   the pager) over :mod:`.views` (paged and incremental reads in transcript
-  order), :mod:`.listing`, :mod:`.deletion`,
+  order) and :mod:`.pagetoken` (the page token both pagers write),
+  :mod:`.listing`, :mod:`.deletion`,
   :mod:`.expiry`, :mod:`.truncation` (TruncateContext and CreateContext),
   :mod:`.compaction` (plan, apply, compact) with :mod:`.planref` (its
   stateless plan reference) and :mod:`.auto` (the automatic trigger),

@@ -28,15 +28,13 @@ stays with the item after it. It holds at least ``last`` messages.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from itertools import accumulate
 from operator import attrgetter
 
 from ctxd_sidecar.core.compaction.view import binds_next
+from ctxd_sidecar.core.contexts import pagetoken
 from ctxd_sidecar.core.contexts.model import ASSISTANT, TOOL, ContextState, Msg
 from ctxd_sidecar.core.errors import Conflict, InvalidArgument
 
@@ -53,7 +51,6 @@ MESSAGE_FRAME_BYTES = 64
 
 FULL, SLICE = "full", "slice"
 NONE, APPEND, REPLACE = "none", "append", "replace"
-_PREFIX = "p1."
 #: Longest ``since_incarnation`` accepted (incarnations are 8 hex digits).
 MAX_INCARNATION = 128
 _NBYTES = attrgetter("nbytes")
@@ -190,35 +187,21 @@ def _seq(m: Msg) -> int:
     return m.seq
 
 
-def _is_int(value: object) -> bool:
-    return type(value) is int and value >= 0
-
-
 def _encode(st: ContextState, view: str, after_seq: int, change: str) -> str:
-    raw = json.dumps([st.gen, st.reshaped_at, view, after_seq, change], separators=(",", ":"))
-    return _PREFIX + base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+    return pagetoken.pack(pagetoken.TRANSCRIPT, st.gen, st.reshaped_at, view, after_seq, change)
 
 
 def _decode(token: str, st: ContextState, view: str) -> tuple[int, str]:
-    bad = InvalidArgument("page_token", "is not a token this view returned; omit it to start over")
-    if not token.startswith(_PREFIX) or len(token) > 256:
-        raise bad
-    body = token[len(_PREFIX) :]
-    try:
-        gen, reshaped, tview, after, change = json.loads(
-            base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
-        )
-    except (binascii.Error, ValueError, TypeError):
-        raise bad from None
+    gen, reshaped, tview, after, change = pagetoken.unpack(token, pagetoken.TRANSCRIPT, 5)
     # A token comes back from the client: every part is checked before use.
     if not (
-        _is_int(reshaped)
-        and _is_int(after)
+        pagetoken.is_count(reshaped)
+        and pagetoken.is_count(after)
         and isinstance(gen, str)
         and tview == view
         and change in ("", APPEND, REPLACE)
     ):
-        raise bad
+        raise pagetoken.bad()
     if gen != st.gen or reshaped != st.reshaped_at:
         raise Conflict(
             f"context {st.id} was compacted, re-planned or re-created since the first page; "

@@ -34,14 +34,12 @@ a tail is rendered for each page read (it costs its own length).
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
-import json
 import weakref
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
+from ctxd_sidecar.core.contexts import pagetoken
 from ctxd_sidecar.core.contexts.model import ContextState, Msg
 from ctxd_sidecar.core.contexts.views import (
     APPEND,
@@ -56,7 +54,6 @@ from ctxd_sidecar.core.errors import Conflict, InvalidArgument
 from ctxd_sidecar.core.providers import join_units, render_parts
 from ctxd_sidecar.core.providers.ids import IdMap
 
-_PREFIX = "j1."
 #: Renders kept per context: the view a caller holds and the view now.
 _KEPT = 2
 
@@ -234,35 +231,23 @@ def _digest(now: Rendered, k: int) -> str:
 
 def _encode(st: ContextState, fmt: str, now: Rendered, at: int, change: str, start: int) -> str:
     """``start``: the seq a tail read starts at (0: the whole view)."""
-    raw = json.dumps([st.gen, fmt, at, _digest(now, at), change, start], separators=(",", ":"))
-    return _PREFIX + base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+    return pagetoken.pack(pagetoken.PROVIDER, st.gen, fmt, at, _digest(now, at), change, start)
 
 
 def _decode(token: str, fmt: str) -> tuple[str, int, str, str, int]:
     """``(gen, at, digest, change, start)`` of a token of this view."""
-    bad = InvalidArgument("page_token", "is not a token this view returned; omit it to start over")
-    if not token.startswith(_PREFIX) or len(token) > 256:
-        raise bad
-    body = token[len(_PREFIX) :]
-    try:
-        gen, tfmt, at, digest, change, *rest = json.loads(
-            base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
-        )
-    except (binascii.Error, ValueError, TypeError):
-        raise bad from None
-    start = rest[0] if len(rest) == 1 else 0
+    gen, tfmt, at, digest, change, *rest = pagetoken.unpack(token, pagetoken.PROVIDER, 6, 1)
+    start = rest[0] if rest else 0
     if not (
         isinstance(gen, str)
         and tfmt == fmt
-        and type(at) is int
+        and pagetoken.is_count(at)
         and at > 0
         and isinstance(digest, str)
         and change in ("", APPEND, REPLACE)
-        and type(start) is int
-        and start >= 0
-        and len(rest) <= 1
+        and pagetoken.is_count(start)
     ):
-        raise bad
+        raise pagetoken.bad()
     return gen, at, digest, change, start
 
 
