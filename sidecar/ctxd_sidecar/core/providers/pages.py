@@ -37,7 +37,7 @@ from __future__ import annotations
 import hashlib
 import weakref
 from bisect import bisect_left, bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ctxd_sidecar.core.contexts import pagetoken
 from ctxd_sidecar.core.contexts.model import ContextState, Msg
@@ -64,6 +64,10 @@ class Rendered:
     #: Units of the messages array and their roles (see ``render_parts``).
     parts: list[str]
     roles: list[str]
+    #: The digests of the first k parts (k → hex) and the hash after the
+    #: last k taken ("hash" → (k, state)), so that the pages of one read
+    #: hash each part once, not everything before it again.
+    digests: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,12 +225,24 @@ def _merges_at(now: Rendered, n: int) -> bool:
 
 
 def _digest(now: Rendered, k: int) -> str:
-    h = hashlib.sha256(now.system.encode())
-    for i, part in enumerate(now.parts[:k]):
-        h.update(now.roles[i].encode() if now.roles else b"")
+    """A digest of ``now``'s system and first ``k`` parts, each hashed once
+    per render however many pages ask (:attr:`Rendered.digests`)."""
+    done = now.digests.get(k)
+    if done is not None:
+        return done
+    at, h = now.digests.get("hash", (0, None))
+    if h is None or at > k:
+        at, h = 0, hashlib.sha256(now.system.encode())
+    else:
+        h = h.copy()
+    roles = now.roles
+    for i in range(at, k):
+        h.update(roles[i].encode() if roles else b"")
         h.update(b"\0")
-        h.update(part.encode())
-    return h.hexdigest()[:24]
+        h.update(now.parts[i].encode())
+    now.digests["hash"] = (k, h)
+    out = now.digests[k] = h.hexdigest()[:24]
+    return out
 
 
 def _encode(st: ContextState, fmt: str, now: Rendered, at: int, change: str, start: int) -> str:
