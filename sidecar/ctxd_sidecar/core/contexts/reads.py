@@ -6,9 +6,9 @@ A :class:`ReadRequest` cannot be built with fields that do not go together
 picks the pager: a slice in a provider's JSON shape is cut from the rendered
 request (:mod:`ctxd_sidecar.core.providers.pages`, so pages and deltas join
 into a valid request); every other read is cut in transcript order
-(:mod:`.views`), and a JSON page of it is made smaller while its JSON is over
-:data:`~.views.JSON_PAGE_BYTES`. ctxd's own JSON shape is protobuf's, so the
-adapter hands in how a page of it is written (``ctxd_json``).
+(:mod:`.views`), and a page in ctxd's own JSON shape is made smaller while
+its JSON is over :data:`~.views.JSON_PAGE_BYTES`. That shape is protobuf's,
+so the adapter hands in how a page of it is written (``ctxd_json``).
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ INFO = "info"
 VIEWS = (views.FULL, views.SLICE, INFO)
 #: ``consistency``: "" follows ``contexts.read_consistency``.
 LATEST, CACHED = "latest", "cached"
-#: Formats whose slice is cut from the rendered provider request.
-PROVIDER_PAGED = (providers.OPENAI, providers.ANTHROPIC)
+#: Formats whose slice is cut from the rendered provider request (all but
+#: ctxd's own, which protobuf writes, one message at a time).
+PROVIDER_PAGED = (providers.OPENAI, providers.ANTHROPIC, providers.RESPONSES)
 
 #: ``(st, page, blocks)`` → ``(messages_json, system_json)`` of a page in ctxd's JSON shape.
 CtxdJson = Callable[[ContextState, views.Page, bool], tuple[str, str]]
@@ -142,8 +143,9 @@ class Reply:
     blocks: bool = False
 
 
-def read(st: ContextState, req: ReadRequest, ctxd_json: CtxdJson | None = None) -> Reply:
-    """The answer to ``req`` from ``st``, read without awaiting (``st`` is live)."""
+def read(st: ContextState, req: ReadRequest, ctxd_json: CtxdJson) -> Reply:
+    """The answer to ``req`` from ``st``, read without awaiting (``st`` is live);
+    ``ctxd_json`` writes a page in ctxd's own JSON shape."""
     if req.view == INFO:
         return Reply(INFO)
     if req.fmt in PROVIDER_PAGED:
@@ -180,25 +182,15 @@ def _page(st: ContextState, req: ReadRequest, size: int) -> views.Page:
 
 
 def _json_page(
-    st: ContextState, req: ReadRequest, page: views.Page, ctxd_json: CtxdJson | None
+    st: ContextState, req: ReadRequest, page: views.Page, ctxd_json: CtxdJson
 ) -> tuple[views.Page, tuple[str, str]]:
-    """``page`` in ``req.fmt``, with fewer messages while its JSON is over
-    :data:`~.views.JSON_PAGE_BYTES`: pages are sized by stored bytes, and
-    escaping can take several times as much (``\\u0001``, quotes in JSON text)."""
+    """``page`` in ctxd's JSON shape, with fewer messages while its JSON is
+    over :data:`~.views.JSON_PAGE_BYTES`: pages are sized by stored bytes,
+    and escaping can take several times as much (``\\u0001``, quotes in
+    JSON text)."""
     budget = views.JSON_PAGE_BYTES
     while True:
-        if req.fmt == providers.CTXD:
-            if ctxd_json is None:
-                raise InvalidArgument("format", "ctxd's JSON shape is written by the server")
-            out = ctxd_json(st, page, req.blocks)
-        else:
-            out = providers.render_slice(
-                req.fmt,
-                st,
-                page.messages,
-                first=page.first and req.blocks,
-                cache_breakpoint=req.cache_breakpoint,
-            )
+        out = ctxd_json(st, page, req.blocks)
         count = len(page.messages)
         if count <= 1 or sum(len(x) for x in out) * 4 <= budget:
             return page, out  # four bytes a character at most: no need to encode

@@ -19,7 +19,12 @@ from ctxd_sidecar.core.providers.anthropic import from_anthropic, to_anthropic
 from ctxd_sidecar.core.providers.common import Turn, dumps, loads, relabel
 from ctxd_sidecar.core.providers.ids import IdMap, id_map, original
 from ctxd_sidecar.core.providers.openai import from_openai, to_openai
-from ctxd_sidecar.core.providers.responses import NATIVE_FORMAT, from_responses, to_responses_json
+from ctxd_sidecar.core.providers.responses import (
+    NATIVE_FORMAT,
+    from_responses,
+    item_texts,
+    to_responses_json,
+)
 
 CTXD, OPENAI, ANTHROPIC, RESPONSES = "ctxd", "openai", "anthropic", "openai_responses"
 FORMATS = (CTXD, OPENAI, ANTHROPIC, RESPONSES)
@@ -86,20 +91,25 @@ def render_parts(
     st: ContextState,
     msgs: list[Msg],
     *,
-    ids: IdMap,
+    ids: IdMap | None,
     blocks: bool = True,
     cache_breakpoint: bool = False,
 ) -> tuple[str, list[str], list[str]]:
     """``(system_json, units, roles)`` of the view ``msgs`` of ``st`` in
     ``fmt`` (the whole view: the summary and plan blocks lead it unless
     ``blocks`` is False), call ids from ``ids``. A unit is one message's
-    JSON (OpenAI; ``roles`` empty) or, for Anthropic, the JSON of one user
-    block or of a whole assistant message's blocks, comma-joined (consecutive
-    user units form one message, which a page boundary may split: clients
-    merge a user message continued across pages)."""
-    msgs = ids.apply(msgs)
+    JSON (OpenAI; ``roles`` empty), one Responses input item (Responses,
+    whose items keep their ids: ``ids`` None) or, for Anthropic, the JSON of
+    one user block or of a whole assistant message's blocks, comma-joined
+    (consecutive user units form one message, which a page boundary may
+    split: clients merge a user message continued across pages)."""
     summary = st.summary.render() if blocks else ""
     plan = st.plan.render() if blocks and st.plan is not None else ""
+    if fmt == RESPONSES:
+        return "", item_texts(msgs, [b for b in (summary, plan) if b]), []
+    if ids is None:
+        raise ValueError(f"{fmt!r} maps call ids: pass its IdMap")
+    msgs = ids.apply(msgs)
     if fmt == OPENAI:
         return "", [dumps(m) for m in to_openai(msgs, [b for b in (summary, plan) if b])], []
     if fmt == ANTHROPIC:

@@ -1,5 +1,9 @@
 """Reads of a slice in a provider's JSON shape that always join into a valid request.
 
+OpenAI and Anthropic requests, and Responses input items (kept in
+transcript order, so every cut joins; they are paged here so that every
+provider shape pages alike, by rendered item and with the same token).
+
 A provider request is not the transcript message by message: results move
 up behind their calls, a call followed by other messages without a result
 gets a stand-in, Anthropic merges same-role neighbours and collects system
@@ -51,7 +55,7 @@ from ctxd_sidecar.core.contexts.views import (
     tail_start,
 )
 from ctxd_sidecar.core.errors import Conflict, InvalidArgument
-from ctxd_sidecar.core.providers import join_units, render_parts
+from ctxd_sidecar.core.providers import RESPONSES, join_units, render_parts
 from ctxd_sidecar.core.providers.ids import IdMap
 
 #: Renders kept per context: the view a caller holds and the view now.
@@ -133,9 +137,8 @@ def render(
         msgs = msgs[bisect_left(msgs, start, key=_seq) :]
     if upto is not None:
         msgs = msgs[: bisect_right(msgs, upto, key=_ver)]
-    out = Rendered(
-        *render_parts(fmt, st, msgs, ids=_ids(st, fmt), blocks=blocks, cache_breakpoint=mark)
-    )
+    ids = None if fmt == RESPONSES else _ids(st, fmt)  # Responses items keep their ids
+    out = Rendered(*render_parts(fmt, st, msgs, ids=ids, blocks=blocks, cache_breakpoint=mark))
     if start:
         return out  # a tail costs its own length; keep the whole views cached
     cache.renders[key] = out
