@@ -52,7 +52,14 @@ from tests.support.read_gen import (
     sdk_item_types,
 )
 
-COUNT: dict[str, int] = {"examples": 0, "steps": 0, "reads": 0, "refusals": 0, "compactions": 0}
+COUNT: dict[str, int] = {
+    "examples": 0,
+    "steps": 0,
+    "reads": 0,
+    "refusals": 0,
+    "compactions": 0,
+    "restarted_reads": 0,
+}
 OTHER = other_items()
 
 
@@ -177,7 +184,21 @@ class Conversation:
         if answered and body[0] == "results":
             self.writer.open = [c for c in self.writer.open if c not in answered]
         if resp is not None and read is not None and resp.HasField("read"):
-            read.apply(rc.read_all(self.ctx, read.request(self.cid), resp.read))
+            read.apply(self._read_back(read, resp))
+
+    def _read_back(self, read: rc.Reader, resp: pb.AppendTurnResponse) -> rc.Answer:
+        """Every page of a turn's read. An automatic compaction the turn
+        started may commit between the read-back and the next page: that
+        page is ABORTED (stale token), and the read starts over, as a
+        client's would."""
+        try:
+            return rc.read_all(self.ctx, read.request(self.cid), resp.read)
+        except grpc.RpcError as exc:
+            assert exc.code() == grpc.StatusCode.ABORTED, exc
+            assert self._version() > resp.version, "ABORTED though nothing changed"
+            COUNT["restarted_reads"] += 1
+        self.settle()
+        return rc.read_all(self.ctx, read.request(self.cid))
 
     def do_turn(self, body, fmt) -> None:
         self._append(body, fmt)
