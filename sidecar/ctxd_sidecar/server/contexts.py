@@ -21,7 +21,7 @@ from ctxd_sidecar.core.contexts.planning import Planning
 from ctxd_sidecar.core.contexts.service import ContextService
 from ctxd_sidecar.core.contexts.skillset import SkillSet
 from ctxd_sidecar.core.contexts.turns import TurnRequest, Turns
-from ctxd_sidecar.core.errors import CtxdError, InvalidArgument, Unavailable
+from ctxd_sidecar.core.errors import InvalidArgument, Unavailable
 from ctxd_sidecar.core.providers import relabel
 from ctxd_sidecar.server import read_convert, wire
 from ctxd_sidecar.server.context_convert import (
@@ -84,6 +84,7 @@ class ContextServicer(ContextEdits, context_pb2_grpc.ContextServiceServicer):
                     model_window=request.model_window,
                     model=request.model,
                     task=request.task,
+                    read=read,
                 )
             )
         except InvalidArgument as exc:
@@ -100,15 +101,9 @@ class ContextServicer(ContextEdits, context_pb2_grpc.ContextServiceServicer):
             loaded_skills=[pb.SkillRef(name=s.name, hash=s.hash) for s in r.loaded_skills],
             incarnation=r.incarnation,
         )
-        if read is None:
+        if read is None or r.read_back is None:
             return reply
-        try:
-            st = await self.contexts.get(request.context_id, latest=read.after_turn(r.replayed))
-            answer = read_convert.answer(st, read, self.contexts.compactions)
-        except CtxdError:
-            # Deleted (or unreadable) since the commit: the turn stands, and
-            # an error now would invite a retry of what is already durable.
-            return reply
+        answer = read_convert.answer(r.read_back, read, self.contexts.compactions)
         return wire.embed(
             reply.SerializeToString(),
             pb.AppendTurnResponse.READ_FIELD_NUMBER,

@@ -15,15 +15,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from ctxd_sidecar.core.contexts import validate
 from ctxd_sidecar.core.contexts.model import ASSISTANT, TOOL, ContextState, Msg, SkillRef
+from ctxd_sidecar.core.contexts.reads import ReadRequest
 from ctxd_sidecar.core.contexts.service import ContextService
 from ctxd_sidecar.core.contexts.tokens import window_for_model
 from ctxd_sidecar.core.contexts.transaction import Missing
-from ctxd_sidecar.core.errors import InvalidArgument
+from ctxd_sidecar.core.errors import CtxdError, InvalidArgument
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,8 @@ class TurnRequest:
     task: str = ""
     #: CreateContext: a turn without messages that only makes the context exist.
     create: bool = False
+    #: A read to answer with the turn (its record is :attr:`TurnResult.read_back`).
+    read: ReadRequest | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +63,8 @@ class TurnResult:
     unknown_skills: list[str] = field(default_factory=list)
     #: The incarnation ``version`` belongs to (see :mod:`.views`).
     incarnation: str = ""
+    #: The record the turn's read reads (None: no read, or no longer readable).
+    read_back: ContextState | None = None
 
 
 class SkillResolver(Protocol):
@@ -113,7 +118,27 @@ class Turns:
         return cid
 
     async def append(self, req: TurnRequest) -> TurnResult:
-        """Append one turn atomically; durable before it returns."""
+        """Append one turn atomically; durable before it returns. With
+        ``req.read``, the result holds the record to answer it from, read
+        without awaiting (it is live)."""
+        result = await self._append(req)
+        if req.read is None:
+            return result
+        return replace(result, read_back=await self._read_back(req.context_id, req.read, result))
+
+    async def _read_back(
+        self, cid: str, read: ReadRequest, result: TurnResult
+    ) -> ContextState | None:
+        """The record ``read`` reads after the turn (see
+        :meth:`~.reads.ReadRequest.after_turn`); None when it cannot be read:
+        deleted since the commit, the turn stands, and an error now would
+        invite a retry of what is already durable."""
+        try:
+            return await self.contexts.get(cid, latest=read.after_turn(result.replayed))
+        except CtxdError:
+            return None
+
+    async def _append(self, req: TurnRequest) -> TurnResult:
         cid = self.check(req)
         wanted, unknown, pending = await self._preload(cid, req)
         async with self.contexts.transaction(
