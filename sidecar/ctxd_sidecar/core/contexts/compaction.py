@@ -186,6 +186,7 @@ class Compactor:
         *,
         observer: CompactionObserver | None = None,
         hooks: CompactionHooks | None = None,
+        notes: Callable[[str, str], Awaitable[object]] | None = None,
     ) -> None:
         self.service = service
         self.contexts_cfg = config.contexts
@@ -193,9 +194,8 @@ class Compactor:
         self.summarisers = summarisers
         self.observer: CompactionObserver = observer or NullObserver()
         self.hooks: CompactionHooks = hooks or NoHooks()
-        #: Appends a note message to a context (set by the composition root);
-        #: used for the notes plugins return after a compaction.
-        self.append_note: Callable[[str, str], Awaitable[object]] | None = None
+        #: Appends a plugin's note, returned after a compaction, to a context.
+        self.append_note = notes
 
     async def stop(self) -> None:
         """Close the summarisers (their HTTP clients)."""
