@@ -76,7 +76,7 @@ class WouldGrow(FailedPrecondition):
 
 # -- results ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class PlanResult:
+class CompactionPlan:
     nothing_to_do: bool
     reason: str = ""
     plan_ref: str = ""
@@ -225,13 +225,13 @@ class Compactor:
             return decided, ""
         return None, decided.reason
 
-    async def plan(self, context_id: str, keep_last: int = 0, target_tokens: int = 0) -> PlanResult:
+    async def plan(self, context_id: str, keep_last: int = 0, target_tokens: int = 0) -> CompactionPlan:
         keep, target = self._options(keep_last, target_tokens)
         st = await self.service.get(context_id)
         # Read without awaiting: the record is the live object.
         cut, reason = self._cut(st, keep, target)
         if cut is None:
-            return PlanResult(
+            return CompactionPlan(
                 True, reason=reason, base_version=st.version, tokens_before=st.est_tokens
             )
         folded = st.messages[: cut.fold]
@@ -249,7 +249,7 @@ class Compactor:
             folded=folded,
             ledger_cap=LedgerCap(self.cfg.ledger_max_items, self.cfg.ledger_max_bytes),
         )
-        return PlanResult(
+        return CompactionPlan(
             False,
             plan_ref=ref.encode(),
             base_version=st.version,
