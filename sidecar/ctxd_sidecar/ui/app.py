@@ -65,8 +65,13 @@ class Pages:
         token = request.query_params.get("token", "")
         resp = await self.sidecar.list_contexts(prefix, token)
         return self.page(
-            request, "conversations.html", contexts=resp.contexts, prefix=prefix,
-            next_token=resp.next_page_token, paged=bool(token), tab="conversations",
+            request,
+            "conversations.html",
+            contexts=resp.contexts,
+            prefix=prefix,
+            next_token=resp.next_page_token,
+            paged=bool(token),
+            tab="conversations",
         )
 
     async def _header(self, cid: str) -> dict:
@@ -84,8 +89,15 @@ class Pages:
         )
         items = render.pair_tool_results(page.messages)
         return self.page(
-            request, "transcript.html", cid=cid, info=page.info, context=page.context,
-            items=items, page=page, has_versions=versions is not None, tab="transcript",
+            request,
+            "transcript.html",
+            cid=cid,
+            info=page.info,
+            context=page.context,
+            items=items,
+            page=page,
+            has_versions=versions is not None,
+            tab="transcript",
         )
 
     async def slice(self, request: Request) -> Response:
@@ -97,10 +109,15 @@ class Pages:
             self._header(cid), self.sidecar.slice(cid, fmt, SLICE_TAIL)
         )
         return self.page(
-            request, "slice.html", **header, fmt=fmt, formats=list(FORMATS),
+            request,
+            "slice.html",
+            **header,
+            fmt=fmt,
+            formats=list(FORMATS),
             messages_json=render.pretty_json(resp.messages_json),
             system_json=render.pretty_json(resp.system_json) if resp.system_json else "",
-            tail=SLICE_TAIL, tab="slice",
+            tail=SLICE_TAIL,
+            tab="slice",
         )
 
     async def compactions(self, request: Request) -> Response:
@@ -114,7 +131,11 @@ class Pages:
         resp = await self.sidecar.expand(cid, comp, request.query_params.get("token", ""))
         items = render.pair_tool_results(list(resp.messages))
         return self.page(
-            request, "folded.html", cid=cid, comp=comp, items=items,
+            request,
+            "folded.html",
+            cid=cid,
+            comp=comp,
+            items=items,
             next_token=resp.next_page_token,
         )
 
@@ -131,7 +152,9 @@ class Pages:
         chart = render.token_chart(
             header["info"], records, list(versions.versions) if versions else []
         )
-        return self.page(request, "tokens.html", **header, chart=chart, records=records, tab="tokens")
+        return self.page(
+            request, "tokens.html", **header, chart=chart, records=records, tab="tokens"
+        )
 
     async def versions(self, request: Request) -> Response:
         cid = request.path_params["cid"]
@@ -145,8 +168,14 @@ class Pages:
             view = await self.sidecar.slice(cid, "ctxd", SLICE_TAIL, at_version=at)
             view = render.pretty_json(view.messages_json)
         return self.page(
-            request, "versions.html", **header, versions=resp.versions,
-            oldest=resp.oldest_kept, next_token=resp.next_page_token, at=at, view=view,
+            request,
+            "versions.html",
+            **header,
+            versions=resp.versions,
+            oldest=resp.oldest_kept,
+            next_token=resp.next_page_token,
+            at=at,
+            view=view,
             tab="versions",
         )
 
@@ -155,8 +184,13 @@ class Pages:
         token = request.query_params.get("token", "")
         resp = await self.sidecar.memory(prefix, token)
         return self.page(
-            request, "memory.html", records=resp.records, prefix=prefix,
-            next_token=resp.next_page_token, paged=bool(token), tab="memory",
+            request,
+            "memory.html",
+            records=resp.records,
+            prefix=prefix,
+            next_token=resp.next_page_token,
+            paged=bool(token),
+            tab="memory",
             now_ms=render.now_ms(),
         )
 
@@ -172,9 +206,7 @@ def _errors(pages: Pages):
 
     async def http(request: Request, exc: HTTPException) -> Response:
         if exc.status_code == 405:
-            return HTMLResponse(
-                "This page is read-only.", 405, headers={"Allow": "GET, HEAD"}
-            )
+            return HTMLResponse("This page is read-only.", 405, headers={"Allow": "GET, HEAD"})
         title = {404: "Not found", 400: "Bad request"}.get(exc.status_code, "Error")
         return pages.page(request, "error.html", exc.status_code, title=title, detail=exc.detail)
 

@@ -82,8 +82,12 @@ def main(argv: list[str]) -> int:
         )
     print(f"ctxd ui: http://{args.listen} reading {tgt.address}", file=sys.stderr, flush=True)
     config = uvicorn.Config(
-        create_app(tgt), host=host, port=port, log_level=args.log_level.lower(),
-        access_log=False, server_header=False,
+        create_app(tgt),
+        host=host,
+        port=port,
+        log_level=args.log_level.lower(),
+        access_log=False,
+        server_header=False,
     )
     try:
         uvicorn.Server(config).run()

@@ -151,9 +151,7 @@ class Sidecar:
     async def record(self, cid: str) -> tuple[pb.ContextInfo, pb.Context]:
         """The listing view and the record (summary, plan, compactions) with
         one message: a read whose cost does not grow with the transcript."""
-        req = pb.GetContextRequest(
-            context_id=cid, view=pb.CONTEXT_VIEW_FULL, last_n=1, page_size=1
-        )
+        req = pb.GetContextRequest(context_id=cid, view=pb.CONTEXT_VIEW_FULL, last_n=1, page_size=1)
         resp = await self._call("contexts", "GetContext", req)
         return resp.info, resp.context
 
