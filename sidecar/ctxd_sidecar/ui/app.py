@@ -82,19 +82,19 @@ class Pages:
 
     async def transcript(self, request: Request) -> Response:
         cid = request.path_params["cid"]
-        after = _int(request, "after")
-        page, versions = await asyncio.gather(
-            self.sidecar.transcript(cid, after, request.query_params.get("before", "")),
-            self.sidecar.versions(cid),
-        )
-        items = render.pair_tool_results(page.messages)
+        q = request.query_params
+        if q.get("from") == "start":
+            read = self.sidecar.from_start(cid, q.get("token", ""), _int(request, "offset"))
+        else:
+            read = self.sidecar.transcript(cid, _int(request, "after"), q.get("before", ""))
+        page, versions = await asyncio.gather(read, self.sidecar.versions(cid))
         return self.page(
             request,
             "transcript.html",
             cid=cid,
             info=page.info,
             context=page.context,
-            items=items,
+            items=render.pair_tool_results(page.messages),
             page=page,
             has_versions=versions is not None,
             tab="transcript",

@@ -67,6 +67,8 @@ class TranscriptPage:
     after: int
     #: Live messages before the first one shown.
     before: int
+    #: Reading from the start: the token of the next (newer) page, if any.
+    next_token: str = ""
 
 
 @dataclass
@@ -146,6 +148,27 @@ class Sidecar:
         shown_after = after + len(messages)
         return TranscriptPage(
             resp.info, context, messages, shown_after, max(0, total - shown_after)
+        )
+
+    async def from_start(self, cid: str, token: str, offset: int) -> TranscriptPage:
+        """A page read forward from the first live message (the sidecar's own
+        page tokens): the start of a long conversation in one read."""
+        req = pb.GetContextRequest(
+            context_id=cid, view=pb.CONTEXT_VIEW_FULL, page_size=PAGE, page_token=token
+        )
+        resp = await self._call("contexts", "GetContext", req)
+        context = pb.Context()
+        context.CopyFrom(resp.context)
+        messages = list(resp.context.messages)
+        del context.messages[:]
+        total = resp.info.message_count
+        return TranscriptPage(
+            resp.info,
+            context,
+            messages,
+            max(0, total - offset),
+            min(offset, total),
+            resp.next_page_token,
         )
 
     async def record(self, cid: str) -> tuple[pb.ContextInfo, pb.Context]:
