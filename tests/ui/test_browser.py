@@ -170,3 +170,24 @@ def test_no_request_leaves_the_loopback(ui, watched):
     page.locator("details.fold summary").count()
     assert watched.requests and watched.outside() == []
     assert all(u.startswith(ui.url) or u.startswith("data:") for u in watched.requests)
+
+
+def test_a_token_protected_sidecar_in_the_browser(start_sidecar, tmp_path, watched):
+    sc = start_sidecar(f"lmdb://{tmp_path / 'a'}?map_size=64MiB", auth_token=support.TOKEN)
+    meta = (("authorization", f"Bearer {support.TOKEN}"),)
+    support.seed_demo(context_pb2_grpc.ContextServiceStub(sc.channel), metadata=meta)
+    token_file = tmp_path / "token"
+    token_file.write_text(support.TOKEN)
+    refused = support.UiProcess("--address", sc.address)
+    allowed = support.UiProcess("--address", sc.address, env={"CTXD_TOKEN_FILE": str(token_file)})
+    try:
+        response = watched.page.goto(refused.url + "/c/demo:tools")
+        assert response.status == 502
+        alert = watched.page.inner_text("[role=alert]")
+        assert "The sidecar refused the token" in alert and "CTXD_TOKEN" in alert
+        shot(watched, "refused")
+        watched.page.goto(allowed.url + "/c/demo:tools")
+        assert "answer 5" in watched.page.inner_text("#transcript")
+    finally:
+        refused.stop()
+        allowed.stop()
