@@ -43,9 +43,9 @@ def _append(stub, cid: str, messages, metadata=(), **kw) -> None:
     )
 
 
-def seed_demo(stub, cid: str = "demo:tools", metadata=()) -> None:
-    """Six rounds with a tool call each (hostile text in them), then a
-    compaction folding all but the last round."""
+def seed_demo(stub, cid: str = "demo:tools", metadata=(), extra: str = "") -> None:
+    """Six rounds with a tool call each (``extra`` added to each question),
+    then a compaction folding all but the last round."""
     for i in range(6):
         call = pb.ToolCall(
             id=f"call{i}", name="read_file", arguments_json=json.dumps({"path": f"/src/a{i}.py"})
@@ -54,7 +54,7 @@ def seed_demo(stub, cid: str = "demo:tools", metadata=()) -> None:
             stub,
             cid,
             [
-                user(f"round {i}: read /src/a{i}.py {HOSTILE}"),
+                user(f"round {i}: what does /src/a{i}.py return? {extra}".strip()),
                 assistant(f"reading a{i}", call),
                 result(f"call{i}", f"def f{i}(): return {i}  # folded-text-{i}"),
                 assistant(f"answer {i}"),

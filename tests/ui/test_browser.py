@@ -145,14 +145,14 @@ def test_memory_by_prefix_with_ttl_and_pretty_json(ui, watched):
 
 def test_hostile_text_is_shown_as_text_and_runs_nothing(ui, watched):
     page = watched.page
-    page.goto(ui.url + "/c/demo:tools")
+    page.goto(ui.url + "/c/demo:hostile")
     page.locator("details.fold summary").first.click()
     page.wait_for_selector("details.fold .folded article.msg")
     assert page.get_by_text('<script>alert("x")</script>', exact=False).count() >= 1
     page.goto(ui.url + "/memory?prefix=notes:")
     page.locator("details.record summary").first.click()
     assert "onerror" in page.inner_text("#memory")
-    page.goto(ui.url + "/c/demo:tools/slice?format=anthropic")
+    page.goto(ui.url + "/c/demo:hostile/slice?format=anthropic")
     assert watched.dialogs == [] and watched.errors == []
     assert page.locator("img[src=x]").count() == 0
 
@@ -185,7 +185,6 @@ def test_a_token_protected_sidecar_in_the_browser(start_sidecar, tmp_path, watch
         assert response.status == 502
         alert = watched.page.inner_text("[role=alert]")
         assert "The sidecar refused the token" in alert and "CTXD_TOKEN" in alert
-        shot(watched, "refused")
         watched.page.goto(allowed.url + "/c/demo:tools")
         assert "answer 5" in watched.page.inner_text("#transcript")
     finally:
