@@ -118,3 +118,35 @@ def test_a_token_protected_sidecar(start_sidecar, tmp_path):
             assert "Traceback" not in body
         finally:
             ui.stop()
+
+
+@pytest.fixture
+def pki(tmp_path):
+    """CA, server and client certificates (test_security's)."""
+    from tests.server import test_security
+
+    return test_security.pki.__wrapped__(tmp_path)
+
+
+def test_mutual_tls_as_the_admin_verbs_have_it(start_sidecar, pki):
+    sc = start_sidecar(
+        "memory://",
+        tls_cert_file=str(pki["srv"]),
+        tls_key_file=str(pki["srv_key"]),
+        tls_client_ca_file=str(pki["ca"]),
+    )
+    env = {"CTXD_TLS_CA_FILE": str(pki["ca"]), "CTXD_TLS_SERVER_NAME": "localhost"}
+    client = ("--tls-cert-file", str(pki["cli"]), "--tls-key-file", str(pki["cli_key"]))
+    ui = support.UiProcess("--address", sc.address, *client, env=env)
+    without = support.UiProcess("--address", sc.address, "--timeout", "5", env=env)
+    try:
+        status, body, _ = get(ui.url + "/memory")
+        assert status == 200 and "No keys" in body
+        status, body, _ = get(without.url + "/memory")
+        assert status == 502 and "cannot be reached" in body
+    finally:
+        ui.stop()
+        without.stop()
+    half = run_ui("--address", sc.address, "--tls-cert-file", str(pki["cli"]))
+    assert half.returncode == 2 and "together" in half.stderr
+    assert len(half.stderr.strip().splitlines()) == 1
