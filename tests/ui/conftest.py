@@ -25,6 +25,7 @@ def seeded(tmp_path_factory):
     contexts = context_pb2_grpc.ContextServiceStub(sc.channel)
     support.seed_demo(contexts)
     support.seed_demo(contexts, "demo:hostile", extra=support.HOSTILE)
+    support.seed_native(contexts)
     support.seed_big(contexts)
     support.seed_list(contexts)
     support.seed_memory(memory_pb2_grpc.MemoryServiceStub(sc.channel))

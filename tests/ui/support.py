@@ -65,6 +65,21 @@ def seed_demo(stub, cid: str = "demo:tools", metadata=(), extra: str = "") -> No
     stub.Compact(pb.CompactRequest(context_id=cid, keep_last=4), metadata=metadata, timeout=60)
 
 
+def seed_native(stub, cid: str = "demo:native") -> None:
+    """A Responses reasoning item kept as the writer sent it, beside its note."""
+    item = {
+        "type": "reasoning",
+        "id": "rs_1",
+        "summary": [{"type": "summary_text", "text": "thinking about the request"}],
+        "encrypted_content": "gAAAA-opaque",
+    }
+    note = pb.Message(
+        note=pb.NoteMessage(text="[reasoning] thinking about the request"),
+        native=pb.NativePayload(format="openai.responses.item", data=json.dumps(item).encode()),
+    )
+    _append(stub, cid, [user("plan the migration"), note, assistant("first, a dry run")])
+
+
 def seed_big(stub, cid: str = BIG, n: int = BIG_MESSAGES) -> None:
     """``n`` messages, user and assistant in turn, 250 to a turn."""
     for start in range(0, n, 250):

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import grpc
+import pytest
 
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 from ctxd_sidecar.api.ctxd.v1 import context_pb2_grpc
@@ -89,6 +90,18 @@ def test_a_compaction_is_a_fold_that_opens_on_the_messages_it_folded(ui, watched
     shot(watched, "compaction")
     page.goto(ui.url + "/c/demo:tools/compactions")
     assert page.locator("details.fold").count() == 1
+
+
+def test_a_native_item_is_shown_readably_beside_its_projection(ui, watched):
+    page = watched.page
+    page.goto(ui.url + "/c/demo:native")
+    note = page.locator("article.msg.note")
+    assert "[reasoning] thinking about the request" in note.locator("pre.text").inner_text()
+    native = note.locator("details.native")
+    assert "openai.responses.item" in native.locator("summary").inner_text()
+    native.locator("summary").click()
+    shown = native.locator("pre").inner_text()
+    assert '"type": "reasoning"' in shown and '"encrypted_content": "gAAAA-opaque"' in shown
 
 
 def test_the_slice_in_ctxd_and_provider_shapes(ui, watched):
@@ -190,3 +203,19 @@ def test_a_token_protected_sidecar_in_the_browser(start_sidecar, tmp_path, watch
     finally:
         refused.stop()
         allowed.stop()
+
+
+def test_the_versions_tab_reads_a_conversation_as_it_was(ui, seeded, watched):
+    stub = context_pb2_grpc.ContextServiceStub(seeded.channel)
+    try:
+        stub.ListVersions(pb.ListVersionsRequest(context_id="demo:native"), timeout=10)
+    except grpc.RpcError as exc:
+        if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+            pytest.skip("this sidecar keeps no versions yet (ListVersions is UNIMPLEMENTED)")
+        raise
+    page = watched.page
+    page.goto(ui.url + "/c/demo:native")
+    page.click("nav.tabs >> text=Versions")
+    assert page.locator("#versions tbody tr").count() >= 1
+    page.locator("#versions tbody a").last.click()
+    assert page.locator("#version-json").count() == 1

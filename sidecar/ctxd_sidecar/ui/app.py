@@ -76,7 +76,7 @@ class Pages:
 
     async def _header(self, cid: str) -> dict:
         (info, context), versions = await asyncio.gather(
-            self.sidecar.record(cid), self.sidecar.versions(cid)
+            self.sidecar.record(cid), self.sidecar.versions(cid, size=1)
         )
         return {"cid": cid, "info": info, "context": context, "has_versions": versions is not None}
 
@@ -87,7 +87,7 @@ class Pages:
             read = self.sidecar.from_start(cid, q.get("token", ""), _int(request, "offset"))
         else:
             read = self.sidecar.transcript(cid, _int(request, "after"), q.get("before", ""))
-        page, versions = await asyncio.gather(read, self.sidecar.versions(cid))
+        page, versions = await asyncio.gather(read, self.sidecar.versions(cid, size=1))
         return self.page(
             request,
             "transcript.html",

@@ -203,9 +203,9 @@ class Sidecar:
         )
         return await self._call("contexts", "ExpandCompaction", req)
 
-    async def versions(self, cid: str, token: str = ""):
+    async def versions(self, cid: str, token: str = "", size: int = 200):
         """ListVersions, or None when this sidecar keeps no versions."""
-        req = pb.ListVersionsRequest(context_id=cid, page_size=200, page_token=token)
+        req = pb.ListVersionsRequest(context_id=cid, page_size=size, page_token=token)
         try:
             return await self._call("contexts", "ListVersions", req)
         except Unavailable as exc:
