@@ -74,6 +74,11 @@ def _parser() -> argparse.ArgumentParser:
     from ctxd_sidecar.admin import register
 
     register(sub)
+    # `ctxd ui` parses its own flags (ctxd_sidecar/ui/cli.py: a bad one is one line).
+    ui = sub.add_parser(
+        "ui", help="a read-only web page over a sidecar (the ui extra)", add_help=False
+    )
+    ui.add_argument("rest", nargs=argparse.REMAINDER)
     return p
 
 
@@ -180,6 +185,11 @@ def _log_warnings(cfg: config.Config) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["ui"]:
+        from ctxd_sidecar.ui.cli import main as ui_main
+
+        return ui_main(argv[1:])
     args = _parser().parse_args(argv)
     from ctxd_sidecar.admin import VERBS
 
