@@ -37,7 +37,11 @@ def _templates() -> Jinja2Templates:
     t = Jinja2Templates(directory=str(HERE / "templates"))
     t.env.globals.update(version=__version__, render=render)
     t.env.filters.update(
-        when=render.when, ttl=render.ttl_left, pretty=render.pretty_json, size=render.size
+        when=render.when,
+        num=render.num,
+        ttl=render.ttl_left,
+        pretty=render.pretty_json,
+        size=render.size,
     )
     return t
 
