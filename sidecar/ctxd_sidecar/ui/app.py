@@ -201,7 +201,7 @@ class Pages:
 
 def _errors(pages: Pages):
     async def unavailable(request: Request, exc: Unavailable) -> Response:
-        return pages.page(request, "error.html", 502, title=exc.title, detail=exc.detail)
+        return pages.page(request, "error.html", exc.status, title=exc.title, detail=exc.detail)
 
     async def not_found(request: Request, exc: NotFound) -> Response:
         cid = request.path_params.get("cid", "")
