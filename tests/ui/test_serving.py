@@ -171,3 +171,23 @@ def test_a_compaction_between_two_pages_says_to_open_again(plain):
         assert status == 409 and "The conversation changed while you paged" in body
     finally:
         ui.stop()
+
+
+def test_each_fold_says_what_its_compaction_added_to_the_ledger(plain):
+    stub = context_pb2_grpc.ContextServiceStub(plain.channel)
+    support.seed_demo(stub, "twice")
+    support.seed_demo(stub, "twice")
+    records = stub.GetContext(
+        pb.GetContextRequest(context_id="twice", last_n=1), timeout=10
+    ).context.compactions
+    assert len(records) == 2
+    added = records[1].artifacts - records[0].artifacts
+    ui = support.UiProcess("--address", plain.address)
+    try:
+        for path in ("/c/twice", "/c/twice/compactions"):
+            status, body, _ = get(ui.url + path)
+            assert status == 200
+            assert f"ledger {records[0].artifacts} artifacts" in body
+            assert f"ledger {added:+d} → {records[1].artifacts} artifacts" in body
+    finally:
+        ui.stop()
