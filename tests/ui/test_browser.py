@@ -217,8 +217,9 @@ def test_the_versions_tab_reads_a_conversation_as_it_was(ui, seeded, watched):
     page.goto(ui.url + "/c/demo:native")
     page.click("nav.tabs >> text=Versions")
     assert page.locator("#versions tbody tr").count() >= 1
-    page.locator("#versions tbody a").last.click()
-    assert page.locator("#version-json").count() == 1
+    page.locator("#versions tbody a").last.click()  # the oldest listed
+    assert "As it was at v" in page.inner_text("#at-version")
+    assert "plan the migration" in page.inner_text("#at-version")
 
 
 def test_light_and_dark_follow_the_system(ui, watched):

@@ -167,10 +167,7 @@ class Pages:
             raise HTTPException(404, "this sidecar keeps no versions (ListVersions is not served)")
         resp = await self.sidecar.versions(cid, request.query_params.get("token", ""))
         at = _int(request, "at")
-        view = None
-        if at:
-            view = await self.sidecar.slice(cid, "ctxd", SLICE_TAIL, at_version=at)
-            view = render.pretty_json(view.messages_json)
+        then = await self.sidecar.at_version(cid, at) if at else None
         return self.page(
             request,
             "versions.html",
@@ -179,7 +176,8 @@ class Pages:
             oldest=resp.oldest_kept,
             next_token=resp.next_page_token,
             at=at,
-            view=view,
+            then=then,
+            then_items=render.pair_tool_results(list(then.context.messages)) if then else [],
             tab="versions",
         )
 

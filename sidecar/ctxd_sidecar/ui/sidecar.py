@@ -196,6 +196,17 @@ class Sidecar:
         )
         return await self._call("contexts", "GetContext", req)
 
+    async def at_version(self, cid: str, version: int) -> pb.GetContextResponse:
+        """The conversation as it was at ``version``: its record and last PAGE messages."""
+        req = pb.GetContextRequest(
+            context_id=cid,
+            view=pb.CONTEXT_VIEW_FULL,
+            last_n=PAGE,
+            page_size=PAGE + 64,
+            at_version=version,
+        )
+        return await self._call("contexts", "GetContext", req)
+
     async def summary_block(self, cid: str) -> str:
         """The summary as the model reads it (its verbatim ledger included)."""
         req = pb.GetContextRequest(
