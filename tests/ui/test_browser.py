@@ -55,14 +55,14 @@ def test_a_20000_message_conversation_opens_on_its_latest_turn_and_pages_back(ui
     assert page.locator("#transcript > article.msg").count() == 50
     last = page.locator("#transcript > article.msg").last
     assert "message 19999 of the long conversation" in last.inner_text()
-    assert "messages 19951–20000 of 20000" in page.inner_text("#range")
+    assert "messages 19,951–20,000 of 20,000" in page.inner_text("#range")
     newest = ids_on(page)
     page.click("a.older")
     older = ids_on(page)
     assert len(older) == 50
     # contiguous: the older page ends right before the newer one starts
     assert int(older[-1][1:]) + 1 == int(newest[0][1:])
-    assert "messages 19901–19950 of 20000" in page.inner_text("#range")
+    assert "messages 19,901–19,950 of 20,000" in page.inner_text("#range")
     page.click("a.first")
     texts = page.locator("#transcript > article.msg").all_inner_texts()
     assert "message 0 of the long conversation" in texts[0]
@@ -217,5 +217,18 @@ def test_the_versions_tab_reads_a_conversation_as_it_was(ui, seeded, watched):
     page.goto(ui.url + "/c/demo:native")
     page.click("nav.tabs >> text=Versions")
     assert page.locator("#versions tbody tr").count() >= 1
-    page.locator("#versions tbody a").last.click()
-    assert page.locator("#version-json").count() == 1
+    page.locator("#versions tbody a").last.click()  # the oldest listed
+    assert "As it was at v" in page.inner_text("#at-version")
+    assert "plan the migration" in page.inner_text("#at-version")
+
+
+def test_light_and_dark_follow_the_system(ui, watched):
+    page = watched.page
+    background = "getComputedStyle(document.body).backgroundColor"
+    page.emulate_media(color_scheme="light")
+    page.goto(ui.url + "/c/demo:tools")
+    light = page.evaluate(background)
+    page.emulate_media(color_scheme="dark")
+    dark = page.evaluate(background)
+    assert light == "rgb(255, 255, 255)" and dark != light
+    shot(watched, "dark")

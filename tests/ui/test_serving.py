@@ -3,6 +3,7 @@ methods, and what the page says when the sidecar cannot be read."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import urllib.error
 import urllib.request
@@ -150,3 +151,43 @@ def test_mutual_tls_as_the_admin_verbs_have_it(start_sidecar, pki):
     half = run_ui("--address", sc.address, "--tls-cert-file", str(pki["cli"]))
     assert half.returncode == 2 and "together" in half.stderr
     assert len(half.stderr.strip().splitlines()) == 1
+
+
+def test_a_compaction_between_two_pages_says_to_open_again(plain):
+    stub = context_pb2_grpc.ContextServiceStub(plain.channel)
+    for t in range(3):
+        msgs = [
+            support.user(f"q{t}.{i}") if i % 2 == 0 else support.assistant("a") for i in range(40)
+        ]
+        stub.AppendTurn(pb.AppendTurnRequest(context_id="paging", messages=msgs), timeout=30)
+    ui = support.UiProcess("--address", plain.address)
+    try:
+        status, first, _ = get(ui.url + "/c/paging?from=start")
+        assert status == 200 and "q0.0" in first
+        newer = re.search(r'class="newer" href="([^"]+)"', first).group(1).replace("&amp;", "&")
+        assert get(ui.url + newer)[0] == 200
+        stub.Compact(pb.CompactRequest(context_id="paging", keep_last=4), timeout=30)
+        status, body, _ = get(ui.url + newer)
+        assert status == 409 and "The conversation changed while you paged" in body
+    finally:
+        ui.stop()
+
+
+def test_each_fold_says_what_its_compaction_added_to_the_ledger(plain):
+    stub = context_pb2_grpc.ContextServiceStub(plain.channel)
+    support.seed_demo(stub, "twice")
+    support.seed_demo(stub, "twice")
+    records = stub.GetContext(
+        pb.GetContextRequest(context_id="twice", last_n=1), timeout=10
+    ).context.compactions
+    assert len(records) == 2
+    added = records[1].artifacts - records[0].artifacts
+    ui = support.UiProcess("--address", plain.address)
+    try:
+        for path in ("/c/twice", "/c/twice/compactions"):
+            status, body, _ = get(ui.url + path)
+            assert status == 200
+            assert f"ledger {records[0].artifacts} artifacts" in body
+            assert f"ledger {added:+d} → {records[1].artifacts} artifacts" in body
+    finally:
+        ui.stop()

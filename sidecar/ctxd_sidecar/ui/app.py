@@ -37,7 +37,11 @@ def _templates() -> Jinja2Templates:
     t = Jinja2Templates(directory=str(HERE / "templates"))
     t.env.globals.update(version=__version__, render=render)
     t.env.filters.update(
-        when=render.when, ttl=render.ttl_left, pretty=render.pretty_json, size=render.size
+        when=render.when,
+        num=render.num,
+        ttl=render.ttl_left,
+        pretty=render.pretty_json,
+        size=render.size,
     )
     return t
 
@@ -163,10 +167,7 @@ class Pages:
             raise HTTPException(404, "this sidecar keeps no versions (ListVersions is not served)")
         resp = await self.sidecar.versions(cid, request.query_params.get("token", ""))
         at = _int(request, "at")
-        view = None
-        if at:
-            view = await self.sidecar.slice(cid, "ctxd", SLICE_TAIL, at_version=at)
-            view = render.pretty_json(view.messages_json)
+        then = await self.sidecar.at_version(cid, at) if at else None
         return self.page(
             request,
             "versions.html",
@@ -175,7 +176,8 @@ class Pages:
             oldest=resp.oldest_kept,
             next_token=resp.next_page_token,
             at=at,
-            view=view,
+            then=then,
+            then_items=render.pair_tool_results(list(then.context.messages)) if then else [],
             tab="versions",
         )
 
@@ -197,7 +199,7 @@ class Pages:
 
 def _errors(pages: Pages):
     async def unavailable(request: Request, exc: Unavailable) -> Response:
-        return pages.page(request, "error.html", 502, title=exc.title, detail=exc.detail)
+        return pages.page(request, "error.html", exc.status, title=exc.title, detail=exc.detail)
 
     async def not_found(request: Request, exc: NotFound) -> Response:
         cid = request.path_params.get("cid", "")

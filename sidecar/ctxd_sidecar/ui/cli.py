@@ -70,7 +70,7 @@ def main(argv: list[str]) -> int:
         from ctxd_sidecar.ui.app import create_app
     except ImportError as exc:
         print(
-            f"ctxd ui: needs the ui extra (pip install 'ctxd-sidecar[ui]'): {exc}",
+            f"ctxd ui: needs the ui extra (pip install '.[ui]' in the clone): {exc}",
             file=sys.stderr,
         )
         return 2

@@ -40,6 +40,10 @@ def size(n: int) -> str:
     return str(n)
 
 
+def num(n: int) -> str:
+    return f"{n:,}"
+
+
 def pretty_json(text: str) -> str:
     """JSON text indented for reading; text that is not JSON comes back as is."""
     if not text:

@@ -28,10 +28,11 @@ FORMATS = {
 class Unavailable(Exception):
     """The sidecar could not answer: a title and one line for the page."""
 
-    def __init__(self, title: str, detail: str) -> None:
+    def __init__(self, title: str, detail: str, status: int = 502) -> None:
         super().__init__(f"{title}: {detail}")
         self.title = title
         self.detail = detail
+        self.status = status
 
 
 class NotFound(Exception):
@@ -52,6 +53,12 @@ def _explain(exc: grpc.RpcError, address: str) -> Exception:
         return Unavailable(
             "The sidecar refused the token",
             f"{code.name}: {details}. Set CTXD_TOKEN or CTXD_TOKEN_FILE to the sidecar's token.",
+        )
+    if code == grpc.StatusCode.ABORTED:
+        return Unavailable(
+            "The conversation changed while you paged",
+            f"{details}. Open it again from its latest turn or its first page.",
+            409,
         )
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return Unavailable("The sidecar did not answer in time", f"{address}: {details}")
@@ -186,6 +193,17 @@ class Sidecar:
             last_n=last_n,
             page_size=max(last_n, 1) + 64 if last_n else 1000,
             at_version=at_version,
+        )
+        return await self._call("contexts", "GetContext", req)
+
+    async def at_version(self, cid: str, version: int) -> pb.GetContextResponse:
+        """The conversation as it was at ``version``: its record and last PAGE messages."""
+        req = pb.GetContextRequest(
+            context_id=cid,
+            view=pb.CONTEXT_VIEW_FULL,
+            last_n=PAGE,
+            page_size=PAGE + 64,
+            at_version=version,
         )
         return await self._call("contexts", "GetContext", req)
 
