@@ -308,3 +308,30 @@ async def test_errors_as_adk_raises_them(service):
     assert await service.get_session(app_name=APP, user_id="u1", session_id="dup") is None
     with pytest.raises(SessionNotFoundError):
         await service.append_event(s, Event(author="user", content=user("late")))
+
+
+async def test_user_and_app_state_from_many_sessions_at_once_lose_no_key(service):
+    sessions = [
+        await service.create_session(app_name=APP, user_id="u1", session_id=f"p{i}")
+        for i in range(24)
+    ]
+    await asyncio.gather(
+        *(
+            service.append_event(
+                s,
+                Event(
+                    author="user",
+                    content=user("hi"),
+                    actions=EventActions(state_delta={f"user:k{i}": i, f"app:k{i}": i}),
+                ),
+            )
+            for i, s in enumerate(sessions)
+        )
+    )
+    assert await service.get_user_state(app_name=APP, user_id="u1") == {
+        f"k{i}": i for i in range(24)
+    }
+    fresh = await service.create_session(app_name=APP, user_id="u2")
+    assert {k: v for k, v in fresh.state.items() if k.startswith("app:")} == {
+        f"app:k{i}": i for i in range(24)
+    }

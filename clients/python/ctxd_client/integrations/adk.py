@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import time
 import uuid
 from typing import Any
@@ -58,8 +59,10 @@ from ctxd_client.aio import AsyncClient
 from ctxd_client.errors import Aborted, InvalidArgument, NotFound
 from ctxd_client.integrations import _adk_events as ev
 
-#: Tries of a state merge that other writers keep changing.
-MERGE_ATTEMPTS = 16
+#: Tries of a state merge that other writers keep changing (each round one
+#: writer wins; the others wait a jittered moment and merge again).
+MERGE_ATTEMPTS = 100
+MERGE_BACKOFF_S = 0.002
 #: Tries of an append whose version only compaction moved.
 APPEND_ATTEMPTS = 4
 #: A timestamp-bounded read starts at this many messages, then four times more.
@@ -148,7 +151,7 @@ class CtxdSessionService(BaseSessionService):
     async def _merge(self, key: str, delta: dict[str, Any], field: str | None = None) -> dict:
         """Merge ``delta`` into the record at ``key`` (into its ``field``),
         by compare-and-set: another writer's keys are never lost."""
-        for _ in range(MERGE_ATTEMPTS):
+        for attempt in range(MERGE_ATTEMPTS):
             try:
                 record = await self.client.memory_get(key)
                 value, version = json.loads(record.value_json), record.version
@@ -163,8 +166,8 @@ class CtxdSessionService(BaseSessionService):
                     key, value, expected_version=version, create_only=not version
                 )
                 return target
-            except Aborted:
-                continue  # another writer changed it: merge into what it is now
+            except Aborted:  # another writer changed it: merge into what it is now
+                await asyncio.sleep(random.random() * MERGE_BACKOFF_S * min(attempt + 1, 10))
         raise StaleSessionError(f"State record {key} kept changing; try again.")
 
     async def _scoped(self, app_name: str, user_id: str) -> tuple[dict, dict]:
