@@ -33,6 +33,7 @@ SUITE_MODULES: tuple[str, ...] = (
     "bench.ctxd_index",
     "bench.ctxd_process",
     "bench.peers",
+    "bench.adk_sessions",
 )
 
 DEFAULT_JSON = Path(__file__).resolve().with_name("results.json")
