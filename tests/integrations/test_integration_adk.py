@@ -335,3 +335,28 @@ async def test_user_and_app_state_from_many_sessions_at_once_lose_no_key(service
     assert {k: v for k, v in fresh.state.items() if k.startswith("app:")} == {
         f"app:k{i}": i for i in range(24)
     }
+
+
+def test_the_docs_program_runs_as_printed(address, tmp_path):
+    """docs/integrations/adk.md's program, run as printed (only the sidecar's
+    address swapped for this test's)."""
+    import os
+    import re
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    page = (root / "docs" / "integrations" / "adk.md").read_text()
+    program = re.findall(r"```python\n(.*?)```", page, re.S)[0]
+    assert "127.0.0.1:50051" in program
+    script = tmp_path / "adk_demo.py"
+    script.write_text(program.replace("127.0.0.1:50051", address))
+    env = {**os.environ, "PYTHONPATH": str(root / "clients" / "python")}
+    out = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "assistant: Hello Ada, noted.",
+        "assistant: Your name is Ada.",
+        "4 events kept by ctxd",
+    ]
