@@ -7,6 +7,11 @@ is measured, each on both services in the same run:
   session of 10 and of 10,000 events (``ctxd.adk.get_session.recent10.lmdb.h<mark>``
   against ``peer.adk_database.get_session.recent10.h<mark>``): what a Runner
   asks for each turn when it is configured to load the recent events only.
+* ``get_session`` without a config (a Runner's default) of a 10,000-event
+  session: ADK's store loads every event
+  (``peer.adk_database.get_session.all.h10000``); ctxd, after a compaction
+  keeping 20, loads the summary and the kept events
+  (``ctxd.adk.get_session.all.compacted.lmdb.h10000``).
 * ``list_sessions`` of one user with 1,000 sessions
   (``ctxd.adk.list_sessions.lmdb.n1000`` against
   ``peer.adk_database.list_sessions.n1000``).
@@ -15,7 +20,9 @@ ctxd is a real sidecar (``bench.ctxd_server``) on LMDB with fsync, automatic
 compaction off (the reads measured are the same either way; a compaction
 running meanwhile would only add noise). ADK's service is
 ``DatabaseSessionService("sqlite+aiosqlite:///<file>")``, SQLite on a file.
-Both are called as ADK calls them, awaited on one asyncio loop. Histories
+Both are called as ADK calls them, awaited on one asyncio loop; the four
+``get_session`` series are timed call by call in turn (one of each per
+round), so the machine's load falls on all alike. Histories
 are built in bulk in each service's own storage form: ctxd's through
 AppendTurn batches of the messages ``append_event`` writes, ADK's through
 its own ``StorageEvent`` rows in one transaction (its ``append_event`` writes
@@ -29,20 +36,24 @@ records a skip.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.harness import Context, Result, measure, register
+from bench.harness import Context, Result, measure, register, result_from_samples
 from bench.procs import python_module_cmd, spawn
 
 GROUP = "adk"
 MARKS_FULL: tuple[int, ...] = (10, 10_000)
 MARKS_QUICK: tuple[int, ...] = (10, 1_000)
 RECENT = 10
+#: Events a ctxd compaction keeps in the whole-session read.
+KEEP_LAST = 20
 BATCH = 200
 APP, USER = "bench-app", "bench-user"
 INSTALL_HINT = "pip install -e '.[adk]' 'sqlalchemy[asyncio]'"
@@ -91,6 +102,21 @@ async def _fill_database(service: Any, session: Any, events: list[Any]) -> None:
         await sql.commit()
 
 
+def _interleaved(calls: dict[str, Any], n: int, warmup: int) -> dict[str, list[int]]:
+    """Time every call ``n`` times, one of each in turn (so a change in the
+    machine's load meanwhile falls on all series alike), after ``warmup`` rounds."""
+    samples: dict[str, list[int]] = {name: [] for name in calls}
+    for i in range(warmup + n):
+        if i == warmup:
+            gc.collect()
+        for name, fn in calls.items():
+            t0 = time.perf_counter_ns()
+            fn()
+            if i >= warmup:
+                samples[name].append(time.perf_counter_ns() - t0)
+    return samples
+
+
 def _series(
     ctx: Context, loop: asyncio.AbstractEventLoop, services: dict[str, Any], marks: tuple[int, ...]
 ) -> Iterator[Result]:
@@ -98,9 +124,11 @@ def _series(
 
     fills = {"ctxd": _fill_ctxd, "database": _fill_database}
     config = GetSessionConfig(num_recent_events=RECENT)
-    n = ctx.pick(full=200, quick=20)
+    calls: dict[str, Any] = {}
+    ratio_to: dict[str, str | None] = {}
+    built: dict[str, str] = {}
     for mark in marks:
-        for label in ("database", "ctxd"):  # the baseline first: ratio_to names it
+        for label in ("database", "ctxd"):
             service = services[label]
             sid = f"h{mark}-{uuid.uuid4().hex[:6]}"
             session = loop.run_until_complete(
@@ -116,19 +144,68 @@ def _series(
                     raise RuntimeError(f"{label}: {len(got.events)} events, not {RECENT}")
                 return got
 
-            name = peer_name("get_session.recent10", f"h{mark}")
-            if label == "ctxd":
-                name = ctxd_name("get_session.recent10", f"h{mark}")
-            yield measure(
-                get,
-                n,
-                name=name,
-                group=GROUP,
-                ratio_to=None
-                if label == "database"
-                else peer_name("get_session.recent10", f"h{mark}"),
-                extra={"events": mark, "recent": RECENT},
-            )
+            built[label] = sid
+            peer = peer_name("get_session.recent10", f"h{mark}")
+            name = peer if label == "database" else ctxd_name("get_session.recent10", f"h{mark}")
+            calls[name] = get
+            ratio_to[name] = None if label == "database" else peer
+    n, warmup = ctx.pick(full=300, quick=20), ctx.pick(full=30, quick=3)
+    for name, samples in _interleaved(calls, n, warmup).items():
+        yield result_from_samples(
+            samples,
+            name=name,
+            group=GROUP,
+            ratio_to=ratio_to[name],
+            extra={"recent": RECENT, "warmup": warmup, "interleaved": True},
+        )
+    yield from _whole(ctx, loop, services, built["database"], marks[-1])
+
+
+def _whole(
+    ctx: Context, loop: asyncio.AbstractEventLoop, services: dict[str, Any], db_sid: str, mark: int
+) -> Iterator[Result]:
+    """get_session without a config (what a Runner asks by default): ADK's
+    store loads every event; ctxd, after a compaction, the summary and the
+    kept events."""
+    from ctxd_client.integrations import _adk_events as ev
+
+    ctxd = services["ctxd"]
+    sid = f"whole-{uuid.uuid4().hex[:6]}"
+    session = loop.run_until_complete(
+        ctxd.create_session(app_name=APP, user_id=USER, session_id=sid)
+    )
+    loop.run_until_complete(_fill_ctxd(ctxd, session, _events(mark)))
+    cid = ev.session_context_id(ctxd.prefix, APP, USER, sid)
+
+    async def compact() -> None:
+        await ctxd.client.compact(cid, keep_last=KEEP_LAST)
+
+    loop.run_until_complete(compact())
+    size = f"h{mark}"
+    peer = peer_name("get_session.all", size)
+    mine = ctxd_name("get_session.all.compacted", size)
+
+    def read(service: Any, session_id: str, least: int, most: int) -> Any:
+        got = loop.run_until_complete(
+            service.get_session(app_name=APP, user_id=USER, session_id=session_id)
+        )
+        if not least <= len(got.events) <= most:
+            raise RuntimeError(f"{len(got.events)} events, not {least}..{most}")
+        return got
+
+    calls = {
+        peer: lambda: read(services["database"], db_sid, mark, mark),
+        mine: lambda: read(ctxd, sid, KEEP_LAST + 1, 2 * KEEP_LAST + 1),
+    }
+    n, warmup = ctx.pick(full=20, quick=5), ctx.pick(full=2, quick=1)
+    for name, samples in _interleaved(calls, n, warmup).items():
+        yield result_from_samples(
+            samples,
+            name=name,
+            group=GROUP,
+            ratio_to=None if name == peer else peer,
+            extra={"events": mark, "keep_last": KEEP_LAST, "warmup": warmup},
+        )
 
 
 def _listing(
