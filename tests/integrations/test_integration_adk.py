@@ -360,3 +360,16 @@ def test_the_docs_program_runs_as_printed(address, tmp_path):
         "assistant: Your name is Ada.",
         "4 events kept by ctxd",
     ]
+
+
+async def test_a_version_moved_by_compaction_is_not_staleness(service, address):
+    s = await service.create_session(app_name=APP, user_id="u1")
+    for i in range(12):
+        await service.append_event(s, Event(author="user", content=user(f"turn {i} " * 20)))
+    async with AsyncClient(address) as c:
+        await c.compact(service_context(service, s.id), keep_last=4)
+    # The session object predates the compaction; nothing else was appended.
+    await service.append_event(s, Event(author="user", content=user("after")))
+    got = await service.get_session(app_name=APP, user_id="u1", session_id=s.id)
+    assert got.events[-1].content.parts[0].text == "after"
+    assert got.events[0].actions.compaction is not None
