@@ -24,7 +24,7 @@ pytest.importorskip("google.adk")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "clients" / "python"))
 
 from google.adk.agents import LlmAgent  # noqa: E402
-from google.adk.errors._stale_session_error import StaleSessionError  # noqa: E402
+from google.adk.errors import StaleSessionError  # noqa: E402
 from google.adk.events import Event, EventActions  # noqa: E402
 from google.adk.runners import Runner  # noqa: E402
 from google.adk.sessions.base_session_service import GetSessionConfig  # noqa: E402
