@@ -388,3 +388,28 @@ async def test_a_version_moved_by_compaction_is_not_staleness(service, address):
     got = await service.get_session(app_name=APP, user_id="u1", session_id=s.id)
     assert got.events[-1].content.parts[0].text == "after"
     assert got.events[0].actions.compaction is not None
+
+
+async def test_runner_under_ctxds_automatic_compaction(start_sidecar, tmp_path, llm):
+    """The sidecar compacts on its own between a runner's appends (a small
+    window): every turn still goes through, and the session stays bounded."""
+    running = start_sidecar(
+        f"lmdb://{tmp_path / 'auto'}?map_size=64MiB",
+        contexts__default_model_window=3000,
+        contexts__keep_last=4,
+    )
+    service = CtxdSessionService(running.address)
+    try:
+        runner = Runner(agent=agent(llm), app_name=APP, session_service=service)
+        s = await service.create_session(app_name=APP, user_id="u1")
+        for i in range(12):
+            llm.replies.extend([call("get_weather", f"c{i}", city=f"city {i}"), say(f"done {i}")])
+            events = await run(runner, s.id, f"turn {i}: " + "details of the migration " * 30)
+            assert events[-1].content.parts[0].text == f"done {i}"
+        got = await service.get_session(app_name=APP, user_id="u1", session_id=s.id)
+        assert got.events[0].actions.compaction is not None  # compacted on its own
+        assert len(got.events) < 4 * 12
+        assert got.events[-1].content.parts[0].text == "done 11"
+        assert got.state["lookups"] == 12
+    finally:
+        await service.close()
