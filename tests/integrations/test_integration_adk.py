@@ -413,3 +413,26 @@ async def test_runner_under_ctxds_automatic_compaction(start_sidecar, tmp_path, 
         assert got.state["lookups"] == 12
     finally:
         await service.close()
+
+
+async def test_a_session_past_the_memory_cap_leaves_nothing_behind(start_sidecar, tmp_path):
+    from ctxd_client.errors import ResourceExhausted
+
+    running = start_sidecar(f"lmdb://{tmp_path / 'cap'}?map_size=64MiB", memory__max_keys=3)
+    service = CtxdSessionService(running.address)
+    try:
+        # The app and user records and one session record fill the cap.
+        await service.create_session(
+            app_name=APP, user_id="u1", session_id="a", state={"app:x": 1, "user:y": 2}
+        )
+        with pytest.raises(ResourceExhausted, match="max_keys"):
+            await service.create_session(app_name=APP, user_id="u1", session_id="b")
+        assert await service.get_session(app_name=APP, user_id="u1", session_id="b") is None
+        listed = (await service.list_sessions(app_name=APP, user_id="u1")).sessions
+        assert [x.id for x in listed] == ["a"]
+        async with AsyncClient(running.address) as c:
+            assert [i.id for i in await c.list_contexts(id_prefix="adk.")] == [
+                service_context(service, "a")
+            ]
+    finally:
+        await service.close()

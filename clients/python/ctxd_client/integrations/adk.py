@@ -119,7 +119,11 @@ class CtxdSessionService(BaseSessionService):
             "state": deltas["session"],
         }
         key = ev.session_key(self.memory_prefix, app_name, user_id, session_id)
-        await self.client.memory_set(key, record)
+        try:
+            await self.client.memory_set(key, record)
+        except BaseException:
+            await self.client.delete(cid)  # no context left without its record
+            raise
         app, user = await asyncio.gather(
             self._records.merge(ev.app_key(self.memory_prefix, app_name), deltas["app"]),
             self._records.merge(ev.user_key(self.memory_prefix, app_name, user_id), deltas["user"]),
