@@ -436,3 +436,26 @@ async def test_a_session_past_the_memory_cap_leaves_nothing_behind(start_sidecar
             ]
     finally:
         await service.close()
+
+
+async def test_recent_events_count_events_not_messages(service):
+    """An event of parallel tool results is several ctxd messages; the most
+    recent N are still N events."""
+    s = await service.create_session(app_name=APP, user_id="u1")
+    for i in range(4):
+        ids = [f"r{i}-{k}" for k in range(3)]
+        calls = [types.Part(function_call=types.FunctionCall(id=c, name="f", args={})) for c in ids]
+        results = [
+            types.Part(function_response=types.FunctionResponse(id=c, name="f", response={}))
+            for c in ids
+        ]
+        await service.append_event(
+            s, Event(author="a", content=types.Content(role="model", parts=calls))
+        )
+        await service.append_event(
+            s, Event(author="a", content=types.Content(role="user", parts=results))
+        )
+    got = await service.get_session(
+        app_name=APP, user_id="u1", session_id=s.id, config=GetSessionConfig(num_recent_events=5)
+    )
+    assert got.events == s.events[-5:]

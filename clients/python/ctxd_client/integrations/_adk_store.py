@@ -147,8 +147,11 @@ async def tail(client: AsyncClient, cid: str, config: GetSessionConfig | None) -
     wanted = max(recent or 1, 1) if after is None else max(recent or 0, FIRST_TAIL)
     while True:
         read = Read(await client.slice(cid, last_n=wanted), wanted)
-        early = after is None or (read.events and read.events[0].timestamp < after)
-        if read.complete or early:
+        if after is None:  # an event may take several messages (parallel results)
+            enough = len(read.events) >= (recent or 0)
+        else:
+            enough = bool(read.events) and read.events[0].timestamp < after
+        if read.complete or enough:
             return read
         wanted *= 4
 
