@@ -35,7 +35,7 @@ def address(start_module_sidecar) -> str:
 
 
 def _event(rnd: random.Random, ts: float, calls: list[str]) -> Event:
-    kind = rnd.choice(["user", "model", "call", "result", "bare"])
+    kind = rnd.choice(["user", "model", "call", "result", "pcall", "bare"])
     delta = {}
     for _ in range(rnd.randint(0, 3)):
         scope = rnd.choice(["", "app:", "user:", "temp:"])
@@ -50,9 +50,21 @@ def _event(rnd: random.Random, ts: float, calls: list[str]) -> Event:
         calls.append(cid)
         fc = types.FunctionCall(id=cid, name="f", args={"n": rnd.randint(0, 9)})
         content = types.Content(role="model", parts=[types.Part(function_call=fc)])
+    elif kind == "pcall":  # parallel calls, then their results in one event
+        ids = [f"p{len(calls)}-{k}" for k in range(3)]
+        calls.append("|".join(ids))
+        parts = [types.Part(function_call=types.FunctionCall(id=c, name="g", args={})) for c in ids]
+        content = types.Content(role="model", parts=parts)
     elif kind == "result" and calls:
-        fr = types.FunctionResponse(id=calls.pop(), name="f", response={"r": rnd.random()})
-        content = types.Content(role="user", parts=[types.Part(function_response=fr)])
+        parts = [
+            types.Part(
+                function_response=types.FunctionResponse(
+                    id=c, name="f", response={"r": rnd.random()}
+                )
+            )
+            for c in calls.pop().split("|")
+        ]
+        content = types.Content(role="user", parts=parts)
     return Event(
         author="user" if kind == "user" else "agent",
         invocation_id=f"i{rnd.randint(0, 3)}",
