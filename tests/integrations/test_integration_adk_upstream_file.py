@@ -7,8 +7,7 @@ takes its ``session_service`` fixture runs over the services the file names
 (ADK's own: the controls, in the same run) and over
 :class:`CtxdSessionService` on a real sidecar (LMDB); the file's other tests
 (about one ADK service's internals) run as they are. Skipped without the
-variable. The vendored file of an older ADK runs in every run
-(``test_integration_adk_upstream.py``).
+variable: ctxd's tree carries no copy of ADK's code.
 """
 
 from __future__ import annotations
