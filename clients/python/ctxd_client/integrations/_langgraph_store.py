@@ -14,11 +14,22 @@ client (ctxd has no server-side filter or semantic index: ``query`` is
 ignored); namespaces are derived from the keys. One batch is one round of
 calls: reads first, then the puts, the last put of a key winning (as
 LangGraph's own stores do).
+
+A label or key whose encoding is longer than :data:`LONG` characters is
+written as one segment ``!<digest>`` (SHA-256 of the text; percent-encoding
+never starts a segment with ``!``), and the item's record keeps the
+namespace and key as given (``"n"``, ``"k"``), from which they are read
+back: any key LangGraph takes fits ctxd's 256-character keys, and a
+namespace prefix still lists everything under it (the digest depends on the
+label alone). A filter key with dots is a path into nested objects
+(``{"user.access-level": ...}``), as LangGraph's SQLite and Postgres stores
+read it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import math
 import time
@@ -48,6 +59,9 @@ from ctxd_client.errors import Aborted, NotFound
 #: The segment that ends a namespace (percent-encoding writes "!" as %21).
 SEP = "!"
 
+#: Encoded labels and keys longer than this are written as a digest segment.
+LONG = 64
+
 #: One call: (client verb, positional args, keyword args).
 Call = tuple[str, tuple, dict]
 
@@ -55,7 +69,14 @@ Call = tuple[str, tuple, dict]
 def _enc(label: str) -> str:
     if label == "":
         return "%"  # no encoding of a non-empty text is a bare "%"
-    return quote(label, safe="").replace(".", "%2E")
+    text = quote(label, safe="").replace(".", "%2E")
+    if len(text) <= LONG:
+        return text
+    return SEP + hashlib.sha256(label.encode()).hexdigest()[:48]
+
+
+def _digested(segment: str) -> bool:
+    return segment.startswith(SEP) and segment != SEP
 
 
 def _dec(segment: str) -> str:
@@ -73,6 +94,15 @@ def _matches(condition: MatchCondition, ns: tuple[str, ...]) -> bool:
     if condition.match_type == "suffix":
         ns, path = ns[::-1], path[::-1]
     return all(p == "*" or k == p for k, p in zip(ns, path, strict=False))
+
+
+def _at(value: Any, path: str) -> Any:
+    """``value``'s field at a filter key: a dotted key is a path into nested objects."""
+    for name in path.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(name)
+    return value
 
 
 def _compare(value: Any, wanted: Any) -> bool:
@@ -133,15 +163,18 @@ class CtxdStore(BaseStore):
     def _key(self, namespace: tuple[str, ...], key: str) -> str:
         return f"{self._ns_path(namespace)}{SEP}/{_enc(key)}"
 
-    def _split(self, full: str) -> tuple[tuple[str, ...], str]:
+    def _split(self, full: str, doc: dict | None = None) -> tuple[tuple[str, ...], str]:
+        """The namespace and key of a memory key (of a digested one, from its record ``doc``)."""
         parts = full[len(self.prefix) + 1 :].split("/")
         cut = parts.index(SEP)
+        if doc is not None and "k" in doc:
+            return tuple(doc["n"]), doc["k"]
         return tuple(_dec(p) for p in parts[:cut]), _dec("/".join(parts[cut + 1 :]))
 
     # -- one batch, whichever client runs it -----------------------------------------------------
     def _item(self, record: Any, cls: type[Item] = Item) -> Item:
-        ns, key = self._split(record.key)
         doc = json.loads(record.value_json)
+        ns, key = self._split(record.key, doc)
         return cls(
             value=doc["v"],
             key=key,
@@ -206,6 +239,8 @@ class CtxdStore(BaseStore):
         except NotFound:
             created = now
         doc = {"v": op.value, "c": created, "u": max(now, created), "t": ttl}
+        if any(_digested(p) for p in full[len(self.prefix) + 1 :].split("/")):
+            doc.update(n=list(ns), k=key)
         value_json = json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
         kw = {"value_json": value_json, "ttl_seconds": _seconds(ttl) if ttl else 0}
         yield ("memory_set", (full,), kw)
@@ -217,7 +252,7 @@ class CtxdStore(BaseStore):
         hits = []
         for record in records:
             item = self._item(record, SearchItem)
-            if op.filter and not all(_compare(item.value.get(k), v) for k, v in op.filter.items()):
+            if op.filter and not all(_compare(_at(item.value, k), v) for k, v in op.filter.items()):
                 continue
             found.append(item)
             hits.append(record)
@@ -229,7 +264,11 @@ class CtxdStore(BaseStore):
 
     def _namespaces(self, op: ListNamespacesOp) -> Generator[Call, Any, list[tuple[str, ...]]]:
         records = yield ("memory_list", (self.prefix + "/",), {})
-        spaces = {self._split(r.key)[0] for r in records}
+        if any(_digested(p) for r in records for p in r.key.split("/")):
+            records = yield ("memory_list", (self.prefix + "/",), {"include_values": True})
+            spaces = {self._split(r.key, json.loads(r.value_json))[0] for r in records}
+        else:
+            spaces = {self._split(r.key)[0] for r in records}
         if op.match_conditions:
             spaces = {s for s in spaces if all(_matches(c, s) for c in op.match_conditions)}
         if op.max_depth is not None:
