@@ -316,6 +316,27 @@ async def test_labels_and_keys_as_long_as_langgraphs_own_stores_take(store):
     assert (await store.aget(ns, keys[1])).value == {"i": 1}
 
 
+def test_an_item_stored_before_digests_is_read_and_moved_on_its_next_put(address):
+    """An item whose key (over 64 encoded characters, under 256 in all) was
+    written before long keys were digested: ``get`` finds it, and its next
+    put moves it to the digest key, keeping ``created_at``."""
+    store, raw = CtxdStore(Client(address)), Client(address)
+    ns, key = ("old",), "k" * 100
+    legacy = f"langgraph-store/old/!/{key}"
+    assert store._key(ns, key) != legacy and store._legacy(ns, key) == legacy
+    raw.memory_set(legacy, value_json=json.dumps({"v": {"n": 1}, "c": 1000, "u": 1000}))
+    assert store.get(ns, key).value == {"n": 1}
+    store.put(ns, key, {"n": 2})
+    got = store.get(ns, key)
+    assert got.value == {"n": 2} and got.created_at.timestamp() == 1.0
+    assert [r.key for r in raw.memory_list("langgraph-store/old/")] == [store._key(ns, key)]
+    assert [i.value for i in store.search(ns)] == [{"n": 2}]
+    store.put(ns, key, None)
+    assert store.get(ns, key) is None
+    store.close()
+    raw.close()
+
+
 async def test_a_dotted_filter_key_is_a_path_into_nested_objects(store):
     """As LangGraph's SQLite and Postgres stores read ``{"user.access-level": ...}``."""
     await store.aput(("docs",), "a", {"user": {"access-level": "admin", "age": 40}})

@@ -62,15 +62,18 @@ SEP = "!"
 #: Encoded labels and keys longer than this are written as a digest segment.
 LONG = 64
 
+#: ctxd's longest memory key.
+MAX_KEY = 256
+
 #: One call: (client verb, positional args, keyword args).
 Call = tuple[str, tuple, dict]
 
 
-def _enc(label: str) -> str:
+def _enc(label: str, *, long: int = LONG) -> str:
     if label == "":
         return "%"  # no encoding of a non-empty text is a bare "%"
     text = quote(label, safe="").replace(".", "%2E")
-    if len(text) <= LONG:
+    if len(text) <= long:
         return text
     return SEP + hashlib.sha256(label.encode()).hexdigest()[:48]
 
@@ -163,6 +166,15 @@ class CtxdStore(BaseStore):
     def _key(self, namespace: tuple[str, ...], key: str) -> str:
         return f"{self._ns_path(namespace)}{SEP}/{_enc(key)}"
 
+    def _legacy(self, namespace: tuple[str, ...], key: str) -> str | None:
+        """The key an item had before long labels and keys were digested, when
+        it differs and fitted ctxd's keys (such an item is read, and moved on
+        its next put)."""
+        labels = [_enc(x, long=MAX_KEY) for x in (*namespace, SEP, key)]
+        labels[len(namespace)] = SEP
+        old = "/".join([self.prefix, *labels])
+        return old if len(old) <= MAX_KEY and old != self._key(namespace, key) else None
+
     def _split(self, full: str, doc: dict | None = None) -> tuple[tuple[str, ...], str]:
         """The namespace and key of a memory key (of a digested one, from its record ``doc``)."""
         parts = full[len(self.prefix) + 1 :].split("/")
@@ -196,9 +208,8 @@ class CtxdStore(BaseStore):
         puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
         for i, op in enumerate(ops):
             if isinstance(op, GetOp):
-                try:
-                    record = yield ("memory_get", (self._key(op.namespace, op.key),), {})
-                except NotFound:
+                record = yield from self._get(op.namespace, op.key)
+                if record is None:
                     continue
                 results[i] = self._item(record)
                 if op.refresh_ttl:
@@ -215,6 +226,17 @@ class CtxdStore(BaseStore):
             yield from self._put(ns, key, op)
         return results
 
+    def _get(self, ns: tuple[str, ...], key: str) -> Generator[Call, Any, Any]:
+        """The item's record (under its key as written before digests, too), or None."""
+        for full in (self._key(ns, key), self._legacy(ns, key)):
+            if full is None:
+                continue
+            try:
+                return (yield ("memory_get", (full,), {}))
+            except NotFound:
+                pass
+        return None
+
     def _try_refresh(self, record: Any) -> Generator[Call, Any, None]:
         call = self._refresh(record)
         if call is None:
@@ -225,25 +247,25 @@ class CtxdStore(BaseStore):
             pass  # changed or gone meanwhile: that write decides its TTL
 
     def _put(self, ns: tuple[str, ...], key: str, op: PutOp) -> Generator[Call, Any, None]:
-        full = self._key(ns, key)
+        full, legacy = self._key(ns, key), self._legacy(ns, key)
         if op.value is None:
-            yield ("memory_delete", (full,), {})
+            for k in (full, legacy) if legacy else (full,):
+                yield ("memory_delete", (k,), {})
             return
         ttl = op.ttl
         if ttl is NOT_PROVIDED:
             ttl = (self.ttl_config or {}).get("default_ttl")
         now = int(time.time() * 1000)
-        try:
-            old = yield ("memory_get", (full,), {})
-            created = json.loads(old.value_json).get("c", old.updated_ms)
-        except NotFound:
-            created = now
+        old = yield from self._get(ns, key)
+        created = now if old is None else json.loads(old.value_json).get("c", old.updated_ms)
         doc = {"v": op.value, "c": created, "u": max(now, created), "t": ttl}
         if any(_digested(p) for p in full[len(self.prefix) + 1 :].split("/")):
             doc.update(n=list(ns), k=key)
         value_json = json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
         kw = {"value_json": value_json, "ttl_seconds": _seconds(ttl) if ttl else 0}
         yield ("memory_set", (full,), kw)
+        if old is not None and old.key != full:
+            yield ("memory_delete", (old.key,), {})  # moved from its key before digests
 
     def _search(self, op: SearchOp) -> Generator[Call, Any, list[SearchItem]]:
         prefix = self._ns_path(tuple(op.namespace_prefix))
