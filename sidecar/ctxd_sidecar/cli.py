@@ -191,6 +191,16 @@ def _log_warnings(cfg: config.Config) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader left (``ctxd plugins | head``): no traceback, and nothing more to
+        # flush into the closed pipe at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+
+
+def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     from ctxd_sidecar.admin import VERBS
 
