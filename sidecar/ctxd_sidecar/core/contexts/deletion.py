@@ -137,7 +137,7 @@ class Deletion:
             "gen": st.gen,
             "base": st.version,
             "segments": [
-                s.to_list() for s in st.segments + st.dropped + [a for a, _ in st.archive]
+                s.to_list() for s in st.segments + st.dropped + [a for a, _ in st.archive + st.held]
             ],
         }
         name = trash_name(st.id, st.gen)
@@ -180,7 +180,7 @@ class Deletion:
             return segments
         doc, etag = head
         named = {tuple(s) for s in segments}
-        archived = [a[:4] for a in doc.get("archive", ())]
+        archived = [a[:4] for a in list(doc.get("archive", ())) + list(doc.get("held", ()))]
         for s in list(doc.get("segments", ())) + list(doc.get("dropped", ())) + archived:
             if tuple(s) not in named:
                 segments.append(list(s))

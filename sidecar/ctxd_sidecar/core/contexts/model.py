@@ -267,8 +267,7 @@ class ContextState:
 
     id: str
     kind: str
-    #: Incarnation: log and segment keys carry it, so a context deleted and
-    #: created again never sees the old one's leftovers.
+    #: Incarnation, in log and segment keys: a re-created id never sees the old one's leftovers.
     gen: str
     version: int = 0
     created: int = 0
@@ -302,8 +301,7 @@ class ContextState:
     memory_bytes: int = 0
     #: Tool calls of the live transcript, and which have their result.
     calls: CallBook = field(default_factory=CallBook)
-    #: Calls folded by compaction without a result (abandoned): a late result
-    #: is still accepted, with the call restated before it.
+    #: Calls folded without a result (abandoned): a late result is accepted, the call restated.
     abandoned: dict[str, ToolCall] = field(default_factory=dict)
     # durable-layout bookkeeping
     head_version: int = 0
@@ -315,8 +313,7 @@ class ContextState:
     unsealed_bytes: int = 0
     #: First message seq not folded away by compaction.
     live_from: int = 1
-    #: Log records up to this version are sealed (or gone); later ones up to
-    #: ``head_version`` still wait for the janitor.
+    #: Log records up to here are sealed (or gone); later ones up to head_version wait or are kept.
     swept_through: int = 0
     #: Segments no head names any more, waiting for the janitor to delete them.
     dropped: list[SegmentRef] = field(default_factory=list)
@@ -329,8 +326,7 @@ class ContextState:
     loaded: bool = True
     #: The incarnation ended: a ``deleted`` record fenced it (see :mod:`.deletion`).
     deleted: bool = False
-    #: A new incarnation replaces a deleted one whose head is still stored:
-    #: its creation overwrites that head (conditional on this version).
+    #: A new incarnation's creation overwrites the deleted one's head still stored (this etag).
     replaces_head: str | None = None
     #: Version of the last change that reshaped the views beyond appending
     #: (a compaction, a plan change): incremental reads from before it rebuild.
@@ -345,6 +341,10 @@ class ContextState:
     #: Message seqs removed by truncation, as ``[first, last]`` ranges: sealed
     #: segments may still hold them, so reads of segments leave them out.
     cut: list[list[int]] = field(default_factory=list)
+    #: (:mod:`.history`) head copies kept, segments held for them, copies expired.
+    hist: list[list[int]] = field(default_factory=list)
+    held: list[tuple[SegmentRef, int]] = field(default_factory=list)
+    hist_gone: list[int] = field(default_factory=list)
 
     # -- derived ---------------------------------------------------------------------
     @property
