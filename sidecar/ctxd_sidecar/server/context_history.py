@@ -12,8 +12,10 @@ from functools import cached_property
 import grpc
 
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
+from ctxd_sidecar.core.contexts.forks import Forks
 from ctxd_sidecar.core.contexts.history import History
 from ctxd_sidecar.core.errors import InvalidArgument
+from ctxd_sidecar.server.context_convert import info_to_pb
 
 
 def check_at(request: pb.GetContextRequest, field: str = "") -> None:
@@ -39,6 +41,18 @@ class ContextHistory:
     @cached_property
     def history(self) -> History:
         return History(self.contexts)
+
+    @cached_property
+    def forks(self) -> Forks:
+        return Forks(self.contexts, self.history)
+
+    async def ForkContext(
+        self, request: pb.ForkContextRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ForkContextResponse:
+        info = await self.forks.fork(
+            request.source_id, request.at_version, request.context_id, request.idempotency_key
+        )
+        return pb.ForkContextResponse(info=info_to_pb(info))
 
     async def state_at(self, st, version: int):
         """``st`` (the latest state) as of ``version`` (0: the latest)."""

@@ -16,7 +16,9 @@ Modules, from the use cases down to the record:
   :mod:`.planning` (plan and preflight), :mod:`.skillset`;
 * :mod:`.service`: the record keeper (load, catch up, read, watch);
   :mod:`.transaction`: the one commit protocol every change goes through;
-* :mod:`.history` (earlier versions: GetContext ``at_version``, ListVersions);
+* :mod:`.history` (earlier versions: GetContext ``at_version``, ListVersions)
+  and :mod:`.forks` (ForkContext, copy-on-write; :mod:`.lineage`: the keys
+  tying forks to their ancestors);
 * beside them: :mod:`.checkpoints` (background segment + head writes),
   :mod:`.archive` (compaction records, ExpandCompaction), :mod:`.events`
   (the feed listeners and watchers follow), :mod:`.janitor` (background

@@ -59,6 +59,7 @@ def head_of(
         "cut": st.cut,
         "hist": st.hist if hist is None else hist,
         "held": [[*s.to_list(), ts] for s, ts in (st.held if held is None else held)],
+        "lineage": st.lineage,
     }
 
 
@@ -99,6 +100,7 @@ def state_from_head(d: dict[str, Any], *, idem_cap: int) -> ContextState:
         cut=[[int(a), int(b)] for a, b in d.get("cut", ())],
         hist=[[int(v), int(ts)] for v, ts in d.get("hist", ())],
         held=[(SegmentRef.from_list(a[:4]), int(a[4])) for a in d.get("held", ())],
+        lineage=[[str(i), str(g), int(v)] for i, g, v in d.get("lineage", ())],
     )
     st.refresh_blocks()
     return st

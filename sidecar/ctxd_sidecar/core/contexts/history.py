@@ -111,6 +111,13 @@ class History:
             self._cache.popitem(last=False)
         return old
 
+    async def rebuild(self, st: ContextState, version: int) -> ContextState:
+        """A fresh copy of ``st`` as of ``version`` (checked; not cached)."""
+        try:
+            return (await self._rebuild(st, version, version))[0]
+        except _Gone:
+            raise self._not_kept(st, version, self.oldest_kept(st)) from None
+
     async def _rebuild(
         self, st: ContextState, version: int, upto: int, each=None
     ) -> tuple[ContextState, list[dict[str, Any]]]:
@@ -123,9 +130,7 @@ class History:
             raise _Gone()
         old = state_from_head(store.parse_head(cid, item), idem_cap=st.idem_cap)
         try:
-            runs = await store._bounded(
-                (lambda s=s: store.read_run(old, s)) for s in old.segments
-            )
+            runs = await store._bounded((lambda s=s: store.read_run(old, s)) for s in old.segments)
         except HeadMoved:
             raise _Gone() from None
         for ref, run in zip(old.segments, runs, strict=True):
@@ -176,7 +181,10 @@ class History:
                 op = rec.get("op", "")
                 infos.append(
                     VersionInfo(
-                        s.version, KINDS.get(op, op), int(rec.get("ts", 0)), s.msg_count,
+                        s.version,
+                        KINDS.get(op, op),
+                        int(rec.get("ts", 0)),
+                        s.msg_count,
                         s.est_tokens,
                     )
                 )
@@ -200,6 +208,8 @@ class History:
         item = await self.store.storage.get(log_key(st.id, st.gen, version))
         rec = decode(item.value, f"log record {version} of context {st.id}") if item else {}
         op = rec.get("op", "")
+        if not item and st.lineage and version == st.lineage[0][2] + 1:
+            op, rec = "fork", {"ts": st.created}
         if op == SEALED:
             op, rec = "", {"ts": st.updated if version == st.version else 0}
         return VersionInfo(

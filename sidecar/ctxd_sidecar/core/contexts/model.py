@@ -244,6 +244,8 @@ class ContextInfo:
     #: The incarnation (``ContextState.gen``): versions of a conversation
     #: deleted and created again start over, so a version alone is ambiguous.
     incarnation: str = ""
+    forked_from: str = ""
+    forked_at_version: int = 0
 
 
 class SealedMessages(Protocol):
@@ -295,8 +297,7 @@ class ContextState:
     # counters, valid with or without the messages loaded
     msg_count: int = 0
     msg_tokens: int = 0
-    #: Estimate of the summary and plan blocks (sent as system messages).
-    block_tokens: int = 0
+    block_tokens: int = 0  # estimate of the summary and plan blocks (system messages)
     #: Approximate memory held (for the cache's byte cap).
     memory_bytes: int = 0
     #: Tool calls of the live transcript, and which have their result.
@@ -307,12 +308,9 @@ class ContextState:
     head_version: int = 0
     head_etag: str | None = None
     segments: list[SegmentRef] = field(default_factory=list)
-    #: Highest message seq already in a sealed segment.
-    sealed_through: int = 0
-    #: Bytes of messages appended since the last sealed segment.
-    unsealed_bytes: int = 0
-    #: First message seq not folded away by compaction.
-    live_from: int = 1
+    sealed_through: int = 0  # highest message seq already in a sealed segment
+    unsealed_bytes: int = 0  # bytes of messages appended since the last sealed segment
+    live_from: int = 1  # first message seq not folded away by compaction
     #: Log records up to here are sealed (or gone); later ones up to head_version wait or are kept.
     swept_through: int = 0
     #: Segments no head names any more, waiting for the janitor to delete them.
@@ -345,6 +343,8 @@ class ContextState:
     hist: list[list[int]] = field(default_factory=list)
     held: list[tuple[SegmentRef, int]] = field(default_factory=list)
     hist_gone: list[int] = field(default_factory=list)
+    #: A fork's ancestors, nearest first: ``[id, gen, version forked at]`` (see :mod:`.forks`).
+    lineage: list[list] = field(default_factory=list)
 
     # -- derived ---------------------------------------------------------------------
     @property
@@ -386,6 +386,7 @@ class ContextState:
             self.model_window,
             self.archived,
             self.gen,
+            *(self.lineage[0][::2] if self.lineage else ()),
         )
 
     def refresh_blocks(self) -> None:

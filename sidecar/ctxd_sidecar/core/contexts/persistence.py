@@ -104,6 +104,17 @@ def hist_key(cid: str, gen: str, version: int) -> str:
     return f"{HISTORY}/{cid}/{gen}/{version:012d}"
 
 
+def seg_owner(st: ContextState, seg: SegmentRef) -> tuple[str, str]:
+    """Whose keys hold ``seg``: a fork reads the segments it inherited
+    (written at or before the version it was forked at) from its ancestors'."""
+    owner = (st.id, st.gen)
+    for aid, agen, upto in st.lineage:
+        if seg.version > upto:
+            break
+        owner = (aid, agen)
+    return owner
+
+
 def trash_name(cid: str, gen: str) -> str:
     return f"{cid}~{gen}"
 
@@ -275,7 +286,7 @@ class ContextStore:
 
     async def read_run(self, st: ContextState, seg: SegmentRef) -> SealedRun | BuiltRun:
         """A sealed segment, checked against the head, its messages not yet built."""
-        raw = await self.storage.get_value(seg_key(st.id, st.gen, seg))
+        raw = await self.storage.get_value(seg_key(*seg_owner(st, seg), seg))
         if raw is None:
             # The head only names segments written before it, and segments
             # are never deleted while a head names them: a newer head exists.
@@ -338,11 +349,15 @@ class ContextStore:
                 await self.storage.put(seg_key(st.id, st.gen, archived_now), body)
             if kept.hist:
                 await self.storage.put(hist_key(st.id, st.gen, version), head)
-            etag = await self.storage.put(head_key(st.id), head, if_version=st.head_etag)
+            # (no head yet: a fork's first, in place of a deleted incarnation's or new)
+            prev = st.head_etag or st.replaces_head
+            etag = await self.storage.put(
+                head_key(st.id), head, if_version=prev, if_absent=not prev
+            )
         except BaseException:
             st.dirty = True
             raise
-        st.head_etag = etag
+        st.head_etag, st.replaces_head = etag, None
         st.head_version = version
         st.segments = keep
         st.dropped = dropped

@@ -40,6 +40,8 @@ def retain(
     else:
         dropped += folded_segments + [s for s, _ in archive]
         archive = []
+    # A fork's inherited segments are its ancestors' to delete (see .forks).
+    dropped = [s for s in dropped if not st.lineage or s.version > st.lineage[0][2]]
     hist, held, dropped, gone = kept_history(st, history_ttl, version, now, dropped)
     unarchived = list(st.unarchived)
     archived = None
