@@ -120,6 +120,7 @@ class _Verbs:
         cache_breakpoint: bool = False,
         without_summary_blocks: bool = False,
         last_n: int = 0,
+        at_version: int = 0,
         timeout: float | None = None,
     ) -> ops.SliceMessages | ops.SliceDelta:
         """The slice to send to a model, every page; with ``since_version``
@@ -135,7 +136,8 @@ class _Verbs:
         joined as the API says) and ``.system`` Anthropic's system blocks;
         ``"openai_responses"`` gives Responses input items, those added in
         that format exactly as added. ``last_n``: only the last N messages
-        (the summary and plan blocks still lead)."""
+        (the summary and plan blocks still lead). ``at_version``: the slice
+        as it was at that version (not with ``since_version``)."""
 
     @_verb(ops.get)
     def get(
@@ -145,15 +147,42 @@ class _Verbs:
         consistency: int | str | None = None,
         page_size: int = 0,
         last_n: int = 0,
+        at_version: int = 0,
         timeout: float | None = None,
     ) -> pb.GetContextResponse:
         """The whole record (``.context``, all messages; the last ``last_n``
-        when given) and ``.info``."""
+        when given) and ``.info``; ``at_version``: as it was at that version."""
 
     @_verb(ops.info)
     def info(
-        self, context_id: str, *, consistency: int | str | None = None, timeout: float | None = None
+        self,
+        context_id: str,
+        *,
+        consistency: int | str | None = None,
+        at_version: int = 0,
+        timeout: float | None = None,
     ) -> pb.ContextInfo: ...
+
+    @_verb(ops.versions)
+    def versions(
+        self, context_id: str, *, page_size: int = 0, timeout: float | None = None
+    ) -> list[pb.VersionInfo]:
+        """The versions still readable with ``at_version``, newest first:
+        what each change was, when, and the size after it."""
+
+    @_verb(ops.fork)
+    def fork(
+        self,
+        source_id: str,
+        context_id: str,
+        *,
+        at_version: int = 0,
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+    ) -> pb.ContextInfo:
+        """A new conversation ``context_id`` holding ``source_id`` as of
+        ``at_version`` (0: the latest), independent afterwards. Retried
+        safely (one idempotency key for every attempt)."""
 
     @_verb(ops.list_contexts)
     def list_contexts(

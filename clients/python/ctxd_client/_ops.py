@@ -269,12 +269,20 @@ def _last_n(req: pb.GetContextRequest, last_n: int) -> None:
         req.last_n = last_n  # type: ignore[attr-defined]
 
 
+def _at(req: pb.GetContextRequest, at_version: int) -> None:
+    if at_version:
+        if not _has(pb.GetContextRequest, "at_version"):
+            raise CtxdError("this sidecar's API cannot read earlier versions (at_version)")
+        req.at_version = at_version  # type: ignore[attr-defined]
+
+
 def get(
     context_id: str,
     *,
     consistency: int | str | None = None,
     page_size: int = 0,
     last_n: int = 0,
+    at_version: int = 0,
 ) -> Generator[Call, Any, pb.GetContextResponse]:
     req = pb.GetContextRequest(
         context_id=context_id,
@@ -283,6 +291,7 @@ def get(
         page_size=page_size,
     )
     _last_n(req, last_n)
+    _at(req, at_version)
     pages = yield from _paged_context(req)
     whole = pages[0]
     for page in pages[1:]:
@@ -291,12 +300,13 @@ def get(
     return whole
 
 
-def info(context_id: str, *, consistency: int | str | None = None) -> Op:
+def info(context_id: str, *, consistency: int | str | None = None, at_version: int = 0) -> Op:
     req = pb.GetContextRequest(
         context_id=context_id,
         view=pb.CONTEXT_VIEW_INFO,
         consistency=enum_value(pb.ReadConsistency, "READ_CONSISTENCY_", consistency),
     )
+    _at(req, at_version)
     return (yield Call(CONTEXT, "GetContext", req, retry=True)).info
 
 
@@ -367,11 +377,13 @@ def slice_(
     cache_breakpoint: bool = False,
     without_summary_blocks: bool = False,
     last_n: int = 0,
+    at_version: int = 0,
 ) -> Op:
     req = _slice_request(
         context_id, format, consistency, page_size, cache_breakpoint, without_summary_blocks
     )
     _last_n(req, last_n)
+    _at(req, at_version)
     if since_version is not None:
         _since(req, since_version, since_incarnation)
     return (yield from _slice_pages(req, format))
@@ -390,6 +402,34 @@ def _join(format: str, held: list, page: list) -> None:
             held[-1] = {**last, "content": _blocks(last["content"]) + _blocks(first["content"])}
             page = page[1:]
     held.extend(page)
+
+
+def versions(context_id: str, *, page_size: int = 0) -> Op:
+    """Every kept version, newest first (all pages)."""
+    req = pb.ListVersionsRequest(context_id=context_id, page_size=page_size)
+    out: list = []
+    while True:
+        resp = yield Call(CONTEXT, "ListVersions", req, retry=True)
+        out.extend(resp.versions)
+        if not resp.next_page_token:
+            return out
+        req.page_token = resp.next_page_token
+
+
+def fork(
+    source_id: str,
+    context_id: str,
+    *,
+    at_version: int = 0,
+    idempotency_key: str | None = None,
+) -> Op:
+    req = pb.ForkContextRequest(
+        source_id=source_id,
+        context_id=context_id,
+        at_version=at_version,
+        idempotency_key=idempotency_key or uuid.uuid4().hex,
+    )
+    return (yield Call(CONTEXT, "ForkContext", req, retry=True)).info
 
 
 def list_contexts(
