@@ -81,7 +81,7 @@ class Forks:
         version = at_version or src.version
         self.history.check(src, version)
         if src.hist:
-            return await self.history.rebuild(src, version)
+            return await self.history.rebuild(src, version, light=True)
         st = await self.contexts.store.restore(src.id)
         if st is None or st.gen != src.gen or st.version != version:
             raise Unavailable(f"context {src.id} changed while it was forked; retry")

@@ -24,7 +24,7 @@ from typing import Any
 
 from ctxd_sidecar.core.contexts.head import state_from_head
 from ctxd_sidecar.core.contexts.model import ContextState
-from ctxd_sidecar.core.contexts.ops import SEALED, DamagedRecord, apply_record
+from ctxd_sidecar.core.contexts.ops import SEALED, DamagedRecord, apply_record, needs_messages
 from ctxd_sidecar.core.contexts.persistence import (
     Damaged,
     HeadMoved,
@@ -36,8 +36,10 @@ from ctxd_sidecar.core.contexts.persistence import (
 from ctxd_sidecar.core.contexts.service import ContextService
 from ctxd_sidecar.core.errors import FailedPrecondition, InvalidArgument, OutOfRange
 
-#: Rebuilt earlier states kept in memory (a paged read rebuilds once).
-CACHED_STATES = 16
+#: Rebuilt earlier states kept in memory (a paged read rebuilds once), and
+#: the largest kept (a bigger one is rebuilt for each page).
+CACHED_STATES = 8
+CACHED_BYTES = 16 * 1024 * 1024
 DEFAULT_PAGE = 100
 MAX_PAGE = 1000
 #: The kind a log record's op is listed as.
@@ -106,20 +108,23 @@ class History:
             old, _ = await self._rebuild(st, version, version)
         except _Gone:
             raise self._not_kept(st, version, self.oldest_kept(st)) from None
-        self._cache[key] = old
+        if old.memory_bytes <= CACHED_BYTES:
+            self._cache[key] = old
         while len(self._cache) > CACHED_STATES:
             self._cache.popitem(last=False)
         return old
 
-    async def rebuild(self, st: ContextState, version: int) -> ContextState:
-        """A fresh copy of ``st`` as of ``version`` (checked; not cached)."""
+    async def rebuild(self, st: ContextState, version: int, *, light: bool) -> ContextState:
+        """A fresh copy of ``st`` as of ``version`` (checked; not cached).
+        ``light``: the sealed messages are not read unless a record needs
+        them (enough to write a head: a fork's)."""
         try:
-            return (await self._rebuild(st, version, version))[0]
+            return (await self._rebuild(st, version, version, light=light))[0]
         except _Gone:
             raise self._not_kept(st, version, self.oldest_kept(st)) from None
 
     async def _rebuild(
-        self, st: ContextState, version: int, upto: int, each=None
+        self, st: ContextState, version: int, upto: int, each=None, *, light: bool = False
     ) -> tuple[ContextState, list[dict[str, Any]]]:
         """The state at ``upto`` from the kept copy at or before ``version``;
         ``each(state, record)`` after every record applied."""
@@ -129,13 +134,16 @@ class History:
         if item is None:
             raise _Gone()
         old = state_from_head(store.parse_head(cid, item), idem_cap=st.idem_cap)
+        records = await self._records(cid, gen, base + 1, upto)
+        # Light: messages appended after the copy are applied, sealed ones not read.
+        whole = not light or any(needs_messages(r) for r in records)
         try:
-            runs = await store._bounded((lambda s=s: store.read_run(old, s)) for s in old.segments)
+            segments = old.segments if whole else []
+            runs = await store._bounded((lambda s=s: store.read_run(old, s)) for s in segments)
         except HeadMoved:
             raise _Gone() from None
-        for ref, run in zip(old.segments, runs, strict=True):
+        for ref, run in zip(segments, runs, strict=True):
             old.load_sealed(without_cut(old, ref, run.since(old.live_from)))
-        records = await self._records(cid, gen, base + 1, upto)
         try:
             for rec in records:
                 apply_record(old, rec)
