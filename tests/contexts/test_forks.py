@@ -147,8 +147,11 @@ def test_fork_refusals_and_retries(start_sidecar, store_uri_for):
     assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
 
 
-def test_a_fork_made_on_one_replica_is_read_and_extended_on_another(start_sidecar, store_uri_for):
-    uri = store_uri_for("s3")
+@pytest.mark.parametrize("backend", ["s3", "postgres"])
+def test_a_fork_made_on_one_replica_is_read_and_extended_on_another(
+    start_sidecar, store_uri_for, backend
+):
+    uri = store_uri_for(backend)
     a = start_sidecar(uri, contexts__checkpoint_every=4)
     b = start_sidecar(uri, contexts__checkpoint_every=4)
     conversation(a, a.contexts, "rs", turns=6)
