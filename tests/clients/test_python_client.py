@@ -467,7 +467,7 @@ def test_reads_at_a_version_list_versions_and_fork(client):
     for i in range(3):
         client.append_turn("hist", [{"user": {"text": f"t{i}"}}])
     assert [m.user.text for m in client.slice("hist", at_version=2)] == ["t0", "t1"]
-    assert client.info("hist", at_version=1).version == 1
+    assert client.get("hist", at_version=1).info.version == 1
     assert [m.user.text for m in client.get("hist", at_version=1).context.messages] == ["t0"]
     assert [v.version for v in client.versions("hist", page_size=2)] == [3, 2, 1]
     info = client.fork("hist", "hist-fork", at_version=2, idempotency_key="f")

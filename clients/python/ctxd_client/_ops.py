@@ -300,13 +300,12 @@ def get(
     return whole
 
 
-def info(context_id: str, *, consistency: int | str | None = None, at_version: int = 0) -> Op:
+def info(context_id: str, *, consistency: int | str | None = None) -> Op:
     req = pb.GetContextRequest(
         context_id=context_id,
         view=pb.CONTEXT_VIEW_INFO,
         consistency=enum_value(pb.ReadConsistency, "READ_CONSISTENCY_", consistency),
     )
-    _at(req, at_version)
     return (yield Call(CONTEXT, "GetContext", req, retry=True)).info
 
 
@@ -402,34 +401,6 @@ def _join(format: str, held: list, page: list) -> None:
             held[-1] = {**last, "content": _blocks(last["content"]) + _blocks(first["content"])}
             page = page[1:]
     held.extend(page)
-
-
-def versions(context_id: str, *, page_size: int = 0) -> Op:
-    """Every kept version, newest first (all pages)."""
-    req = pb.ListVersionsRequest(context_id=context_id, page_size=page_size)
-    out: list = []
-    while True:
-        resp = yield Call(CONTEXT, "ListVersions", req, retry=True)
-        out.extend(resp.versions)
-        if not resp.next_page_token:
-            return out
-        req.page_token = resp.next_page_token
-
-
-def fork(
-    source_id: str,
-    context_id: str,
-    *,
-    at_version: int = 0,
-    idempotency_key: str | None = None,
-) -> Op:
-    req = pb.ForkContextRequest(
-        source_id=source_id,
-        context_id=context_id,
-        at_version=at_version,
-        idempotency_key=idempotency_key or uuid.uuid4().hex,
-    )
-    return (yield Call(CONTEXT, "ForkContext", req, retry=True)).info
 
 
 def list_contexts(
