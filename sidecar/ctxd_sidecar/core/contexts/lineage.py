@@ -5,8 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from ctxd_sidecar.core.contexts.model import SegmentRef
-from ctxd_sidecar.core.contexts.persistence import SEGMENTS, ContextStore, decode, seg_prefix
+from ctxd_sidecar.core.contexts.model import ContextState, SegmentRef
+from ctxd_sidecar.core.contexts.persistence import (
+    SEGMENTS,
+    ContextStore,
+    decode,
+    seg_key,
+    seg_owner,
+    seg_prefix,
+)
 
 #: ``context-ref/<ancestor>/<gen>/<fork>~<gen>``: a fork reads this ancestor's segments.
 REFS = "context-ref"
@@ -14,6 +21,21 @@ REFS = "context-ref"
 FORKS = "context-fork"
 #: ``context-forked/<ancestor>/<gen>``: it was forked (stores that cannot list).
 FORKED = "context-forked"
+
+
+async def lineage_keys(storage: Any, st: ContextState) -> list[str]:
+    """The keys tying an incarnation to its forks and ancestors, and the
+    segments it inherited (a migration copies them with it, so a migrated
+    fork is still a fork, readable before and without its ancestors)."""
+    cid, gen = st.id, st.gen
+    keys = [f"{FORKS}/{cid}/{gen}", f"{FORKED}/{cid}/{gen}"]
+    if storage.can_list:
+        keys += await storage.list(f"{REFS}/{cid}/{gen}/")
+    for seg in [*st.segments, *(a for a, _ in st.archive)]:
+        owner = seg_owner(st, seg)
+        if owner != (cid, gen):
+            keys.append(seg_key(*owner, seg))
+    return keys
 
 
 async def purge_keys(store: ContextStore, cid: str, gen: str, plan: dict[str, Any]) -> list[str]:
