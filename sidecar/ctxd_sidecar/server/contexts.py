@@ -50,7 +50,7 @@ from ctxd_sidecar.server.context_convert import (
     summary_to_pb,
     turn_messages,
 )
-from ctxd_sidecar.server.context_edits import ContextEdits
+from ctxd_sidecar.server.context_edits import ContextEdits, TranscriptEdits
 from ctxd_sidecar.server.context_history import ContextHistory, check_at
 
 _VIEWS = {
@@ -177,9 +177,8 @@ def _serialized(reply: pb.GetContextResponse | bytes) -> bytes:
 
 
 class ContextServicer(ContextEdits, ContextHistory, context_pb2_grpc.ContextServiceServicer):
-    """``ctxd.v1.ContextService`` over the contexts room's use cases, each
-    handed in by the composition root (TruncateContext and CreateContext are
-    in :class:`ContextEdits`)."""
+    """``ctxd.v1.ContextService`` over the contexts room's use cases, each handed
+    in by the composition root (TruncateContext, CreateContext: :class:`ContextEdits`)."""
 
     def __init__(
         self,
@@ -191,8 +190,9 @@ class ContextServicer(ContextEdits, ContextHistory, context_pb2_grpc.ContextServ
         compactor: Compactor,
         planning: Planning,
         skillset: SkillSet,
+        edits: TranscriptEdits,
     ) -> None:
-        self.contexts = contexts
+        self.contexts, self.edits = contexts, edits
         self.turns = turns
         self.listing = listing
         self.deletion = deletion

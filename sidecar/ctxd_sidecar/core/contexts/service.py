@@ -44,6 +44,7 @@ from ctxd_sidecar.core.contexts.registry import Entry, Registry
 from ctxd_sidecar.core.contexts.transaction import COMMIT_ATTEMPTS, Missing, Transaction
 from ctxd_sidecar.core.errors import Conflict, CtxdError, InvalidArgument
 from ctxd_sidecar.core.keyindex import KeyIndex
+from ctxd_sidecar.core.observe import ContextsObserver
 from ctxd_sidecar.core.storage import Storage
 from ctxd_sidecar.plugin.store import Item
 
@@ -65,9 +66,9 @@ class ContextService:
         *,
         clock: Callable[[], int] = wall_clock_ms,
         archive_ttl: float = 0.0,
+        observer: ContextsObserver | None = None,
     ) -> None:
-        self.config = config
-        self.storage = storage
+        self.config, self.storage = config, storage
         #: Seconds folded messages stay stored for ExpandCompaction (0: not kept).
         self.archive_ttl = archive_ttl
         #: Wall-clock milliseconds; replaceable (tests move time forward).
@@ -88,7 +89,7 @@ class ContextService:
             every_bytes=config.checkpoint_bytes,
         )
         self.registry = Registry(
-            config.cache_max_contexts, config.cache_max_bytes, self.checkpoints.on_evict
+            config.cache_max_contexts, config.cache_max_bytes, self.checkpoints.on_evict, observer
         )
         self._tasks: set[asyncio.Task] = set()
         self._followers: dict[str, asyncio.Task] = {}
