@@ -32,7 +32,9 @@ SUITE_MODULES: tuple[str, ...] = (
     "bench.ctxd_ledger",
     "bench.ctxd_index",
     "bench.ctxd_process",
+    "bench.ctxd_ui",
     "bench.peers",
+    "bench.adk_sessions",
 )
 
 DEFAULT_JSON = Path(__file__).resolve().with_name("results.json")
@@ -105,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
         from bench.ctxd_postgres import add_checks as add_postgres_checks
 
         add_postgres_checks(report)
+        from bench.ctxd_ui import add_checks as add_ui_checks
+
+        add_ui_checks(report)
     except Exception as exc:  # noqa: BLE001 - keep the measured results
         ok = False
         report.failures.append(

@@ -74,6 +74,11 @@ def _parser() -> argparse.ArgumentParser:
     from ctxd_sidecar.admin import register
 
     register(sub)
+    # `ctxd ui` parses its own flags (ctxd_sidecar/ui/cli.py: a bad one is one line).
+    ui = sub.add_parser(
+        "ui", help="a read-only web page over a sidecar (the ui extra)", add_help=False
+    )
+    ui.add_argument("rest", nargs=argparse.REMAINDER)
     return p
 
 
@@ -82,38 +87,27 @@ async def _migrate(cfg: config.Config, args: argparse.Namespace, pm) -> int:
 
     from ctxd_sidecar.admin.progress import Progress, dry_target, require_source
     from ctxd_sidecar.core.errors import CtxdError
-    from ctxd_sidecar.core.migrate import Migration
-    from ctxd_sidecar.core.storage import Storage
-    from ctxd_sidecar.plugin.manager import open_store
-    from ctxd_sidecar.plugin.store import StoreError
+    from ctxd_sidecar.server.composition import migration
 
     target = dry_target(args.target) if args.dry_run else args.target
     require_source(args.source)
-    stores = []
-    for role, uri in (("source", args.source), ("destination", target)):
-        try:
-            stores.append(await asyncio.to_thread(open_store, uri, pm))
-        except StoreError as exc:
-            for opened in stores:
-                opened.close()
-            raise ValueError(f"cannot open the {role} {uri}: {exc}") from None
-    src = Storage(stores[0], prefix=cfg.prefix, instance=cfg.instance)
-    dst = Storage(stores[1], prefix=cfg.prefix, instance=cfg.instance)
+    run = await migration(
+        cfg,
+        pm,
+        args.source,
+        target,
+        overwrite=args.overwrite,
+        dry_run=args.dry_run,
+        progress=None if args.no_progress else Progress(),
+    )
     try:
-        report = await Migration(
-            src,
-            dst,
-            overwrite=args.overwrite,
-            idem_cap=cfg.contexts.idempotency_keys,
-            dry_run=args.dry_run,
-            progress=None if args.no_progress else Progress(),
-        ).run()
+        report = await run.run()
     except CtxdError as exc:
         print(f"ctxd migrate: {exc.message}", file=sys.stderr)
         return 1
     finally:
-        await src.close()
-        await dst.close()
+        await run.src.close()
+        await run.dst.close()
     print(json.dumps(report.to_dict(), indent=2))
     return 0 if report.ok else 1
 
@@ -191,6 +185,21 @@ def _log_warnings(cfg: config.Config) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader left (``ctxd plugins | head``): no traceback, and nothing more to
+        # flush into the closed pipe at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+
+
+def _main(argv: list[str] | None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["ui"]:
+        from ctxd_sidecar.ui.cli import main as ui_main
+
+        return ui_main(argv[1:])
     args = _parser().parse_args(argv)
     from ctxd_sidecar.admin import VERBS
 

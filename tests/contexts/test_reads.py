@@ -28,7 +28,8 @@ from ctxd_sidecar.core.errors import InvalidArgument
         ({"fmt": "openai"}, "format"),  # goes with the slice only
         ({"last_n": -1}, "last_n"),
         ({"last_n": 3, "since": 2}, "last_n"),
-        ({"at_version": 3}, "at_version"),
+        ({"at_version": -1}, "at_version"),
+        ({"at_version": 3, "since": 2}, "at_version"),  # an earlier version is read whole
     ],
 )
 @pytest.mark.parametrize("prefix", ["", "read."])
@@ -58,6 +59,9 @@ def test_a_later_page_reads_the_cached_copy_whatever_the_consistency():
 def test_a_turn_reads_its_own_context_from_the_first_page():
     req = ReadRequest(prefix="read.")
     assert req.in_turn("c").context_id == "c"
+    with pytest.raises(InvalidArgument) as exc:  # the version the turn made, not an earlier one
+        ReadRequest(prefix="read.", at_version=2).in_turn("c")
+    assert exc.value.field == "read.at_version"
     with pytest.raises(InvalidArgument) as exc:
         ReadRequest(context_id="other", prefix="read.").in_turn("c")
     assert exc.value.field == "read.context_id"

@@ -115,6 +115,9 @@ def test_server_wheel_installs_only_ctxd_packages(dists):
     # the protos and prompts ship with the server
     assert any(n.endswith("api/ctxd/v1/context.proto") for n in names)
     assert "ctxd_sidecar/prompts/system.md" in names
+    # and everything the ctxd ui page serves (it works offline)
+    for asset in ("templates/base.html", "templates/transcript.html", "static/ui.js"):
+        assert f"ctxd_sidecar/ui/{asset}" in names, asset
 
 
 @pytest.fixture(scope="module")

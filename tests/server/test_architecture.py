@@ -175,9 +175,6 @@ OVERSIZED = {
     # -- issue 37, problem 3: LMDB's inline-write budget moves into the LMDB
     #    plugin (an AsyncStore beside Store).
     "sidecar/ctxd_sidecar/core/storage.py:Storage": 240,
-    # -- issue 37, problem 4: Sidecar.start in phases (bind, open domain,
-    #    layers, probes), as uvicorn's serve is.
-    "sidecar/ctxd_sidecar/server/app.py:Sidecar.start": 84,
     # -- issue 37, problem 5 (the gate): second responsibilities found by this
     #    check, each to be cut on its own.
     # Counters and cap reservations apart from the records' read/write/sweep.

@@ -110,7 +110,7 @@ def test_the_config_module_imports_nothing_of_the_domain():
     "overrides, message",
     [
         ({"contexts.compact_at": "1.5"}, "contexts.compact_at must be in (0, 1]"),
-        ({"memory.max_keys": "lots"}, "memory.max_keys='lots' is not a valid int"),
+        ({"memory.max_keys": "lots"}, "memory.max_keys='lots' must be a whole number"),
         ({"memory.max_keys": True}, "memory.max_keys must be a number, not true or false"),
         ({"plan.max_items": "0"}, "plan.max_items must be positive"),
         ({"skills.refresh_interval": -1}, "skills.refresh_interval must be 0 or more"),

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from ctxd_sidecar.config import MAX_SECONDS, ConfigError
+from ctxd_sidecar.config import MAX_SECONDS, ConfigError, problems
 from ctxd_sidecar.config import loader as config_loader
 from ctxd_sidecar.config.loader import load_config
 from ctxd_sidecar.plugin.manager import plugin_manager
@@ -25,7 +25,7 @@ def _numeric_settings(kind: type) -> list[str]:
     cls = config_loader.settings_class(config_loader.plugin_tables(plugin_manager(), []))
     names = []
     for path in config_loader.leaf_paths(cls):
-        info = config_loader._field(cls, path)
+        info = problems.field(cls, path)
         if info is not None and info.annotation is kind:
             names.append(".".join(path))
     return names
@@ -49,7 +49,7 @@ def test_the_walk_finds_the_settings_it_must_check():
 @pytest.mark.parametrize("value", ["inf", "-inf", "nan", "Infinity", "NaN"])
 @pytest.mark.parametrize("name", FLOATS)
 def test_every_float_setting_refuses_non_finite_values(name, value):
-    assert _error({name: value}) == f"{name} must be a finite number (on the command line)"
+    assert _error({name: value}) == f"{name}={value!r} must be a finite number (on the command line)"
 
 
 @pytest.mark.parametrize("name", FLOATS + INTS)
@@ -74,8 +74,8 @@ def test_every_float_setting_refuses_a_duration_too_long_to_compute_with(name):
         ({"store_probe_interval": "-1"}, "store_probe_interval must be 0 or more"),
         ({"memory.sweep_interval": "-1"}, "memory.sweep_interval must be 0 or more"),
         ({"memory.mcp_timeout": "0"}, "memory.mcp_timeout must be positive"),
-        ({"compaction.archive_ttl": "inf"}, "compaction.archive_ttl must be a finite number"),
-        ({"memory.mcp_timeout": "nan"}, "memory.mcp_timeout must be a finite number"),
+        ({"compaction.archive_ttl": "inf"}, "compaction.archive_ttl='inf' must be a finite number"),
+        ({"memory.mcp_timeout": "nan"}, "memory.mcp_timeout='nan' must be a finite number"),
     ],
 )
 def test_a_bad_number_names_the_setting_and_the_rule(overrides, message):
@@ -107,8 +107,8 @@ def test_a_toml_infinity_is_refused_like_a_flag(tmp_path):
 @pytest.mark.parametrize(
     "setting, env, needle",
     [
-        ("compaction.archive_ttl=inf", {}, "compaction.archive_ttl must be a finite number"),
-        ("grace_seconds=nan", {}, "grace_seconds must be a finite number"),
+        ("compaction.archive_ttl=inf", {}, "compaction.archive_ttl='inf' must be a finite number"),
+        ("grace_seconds=nan", {}, "grace_seconds='nan' must be a finite number"),
         ("grace_seconds=-5", {}, "grace_seconds must be 0 or more"),
         (None, {"CTXD_MEMORY_MCP_TIMEOUT": "nan"}, "(from CTXD_MEMORY_MCP_TIMEOUT)"),
     ],

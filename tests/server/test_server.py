@@ -80,7 +80,7 @@ def test_unix_socket(tmp_path):
     [
         (["--store", "nosuch://x"], "no store plugin serves scheme 'nosuch'"),
         (["--set", "contexts.compact_at=1.5"], "compact_at must be in (0, 1]"),
-        (["--set", "memory.max_keys=lots"], "is not a valid int"),
+        (["--set", "memory.max_keys=lots"], "must be a whole number"),
         (["--set", "bogus.setting=1"], "unknown setting 'bogus'"),
     ],
 )

@@ -30,12 +30,12 @@ pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -e 
     ("query", "message"),
     [
         ("pool_sise=3", "unknown postgres store option 'pool_sise'"),
-        ("pool_size=0", "postgres store option pool_size must be >= 1"),
+        ("pool_size=0", "postgres store option pool_size must be in [1, "),
         (
             "statement_timeout=soon",
             "postgres store option statement_timeout='soon' must be a number",
         ),
-        ("sslmode=maybe", "postgres store option sslmode='maybe' must be 'disable'"),
+        ("sslmode=maybe", 'postgres store option sslmode must be "disable"'),
         ("table=drop%20table", "postgres store option table='drop table'"),
     ],
 )

@@ -15,12 +15,11 @@ import tomllib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import annotated_types
 from pydantic import BaseModel, Field, ValidationError, create_model
 from pydantic.fields import FieldInfo
 from pydantic_settings import PydanticBaseSettingsSource
 
-from ctxd_sidecar.config import Config, ConfigError, ConfigTable, Table, dotted_to_nested
+from ctxd_sidecar.config import Config, ConfigError, ConfigTable, Table, dotted_to_nested, problems
 
 if TYPE_CHECKING:
     import pluggy
@@ -222,18 +221,6 @@ def _check(cfg: Config, pm: pluggy.PluginManager) -> None:
 
 # -- one-line errors --------------------------------------------------------------------------
 
-_PARSING = {"int_parsing": "int", "float_parsing": "float", "bool_parsing": "bool"}
-_TYPES = {
-    "int_type": "an int",
-    "int_from_float": "a whole number",
-    "float_type": "a number",
-    "finite_number": "a finite number",
-    "bool_type": "true or false",
-    "string_type": "a string",
-}
-_BOUNDS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}
-
-
 def _one_line(exc: ValidationError, cls: type[Config], layers: list[Layer]) -> str:
     # An unknown key first: it is usually a typo that explains the rest.
     errors = sorted(exc.errors(include_url=False), key=lambda e: e["type"] != "extra_forbidden")
@@ -247,67 +234,14 @@ def _one_line(exc: ValidationError, cls: type[Config], layers: list[Layer]) -> s
 def _describe(error: Any, cls: type[Config], layers: list[Layer]) -> str:
     path = tuple(str(p) for p in error["loc"])
     name = ".".join(path)
-    kind, ctx, value = error["type"], error.get("ctx") or {}, error.get("input")
     layer = next((la for la in layers if la.has(path)), None)
     where = layer.where(path) if layer is not None else ""
-    if kind == "extra_forbidden":
+    if error["type"] == "extra_forbidden":
         return f"unknown setting {name!r} {where}".strip()
-    if kind in _PARSING:
-        text = f"{name}={value!r} is not a valid {_PARSING[kind]}"
-    elif kind in _TYPES:
-        text = f"{name} must be {_TYPES[kind]}"
-    elif kind in {"model_type", "model_attributes_type", "dict_type"}:
-        text = f"{name} must be a table"
-    elif kind in _BOUNDS:
-        text = f"{name} must be {_bounds(_field(cls, path))}"
-    elif kind == "literal_error":
-        text = f"{name} must be {str(ctx.get('expected', '')).replace(chr(39), chr(34))}"
-    else:
-        msg = str(ctx["error"]) if kind == "value_error" and "error" in ctx else error["msg"]
-        if not name or msg.startswith(name):
-            text = msg
-        elif msg.startswith("must"):
-            text = f"{name} {msg}"
-        else:
-            text = f"{name}: {msg}"
+    text = problems.describe(error, name, cls)
     if layer is not None and not isinstance(_get(layer.data, path), dict):
         text += f" ({where})"
     return text
-
-
-def _field(model: type[BaseModel], path: Path) -> FieldInfo | None:
-    info: FieldInfo | None = None
-    for part in path:
-        if not (isinstance(model, type) and issubclass(model, BaseModel)):
-            return None
-        info = model.model_fields.get(part)
-        if info is None:
-            return None
-        model = info.annotation  # type: ignore[assignment]
-    return info
-
-
-def _bounds(info: FieldInfo | None) -> str:
-    lo: tuple[str, Any] | None = None
-    hi: tuple[Any, str] | None = None
-    for m in info.metadata if info is not None else ():
-        if isinstance(m, annotated_types.Gt):
-            lo = ("(", m.gt)
-        elif isinstance(m, annotated_types.Ge):
-            lo = ("[", m.ge)
-        elif isinstance(m, annotated_types.Lt):
-            hi = (m.lt, ")")
-        elif isinstance(m, annotated_types.Le):
-            hi = (m.le, "]")
-    if lo and hi:
-        return f"in {lo[0]}{lo[1]}, {hi[0]}{hi[1]}"
-    if lo:
-        if lo[1] == 0:
-            return "positive" if lo[0] == "(" else "0 or more"
-        return f"more than {lo[1]}" if lo[0] == "(" else f"at least {lo[1]}"
-    if hi:
-        return f"less than {hi[0]}" if hi[1] == ")" else f"at most {hi[0]}"
-    return "in range"
 
 
 # -- nested dicts -----------------------------------------------------------------------------

@@ -20,16 +20,38 @@ context readable, and the next run converges. In order:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from ctxd_sidecar.core.contexts.model import SegmentRef
-from ctxd_sidecar.core.contexts.persistence import decode, head_key, log_key, seg_key
+from ctxd_sidecar.core.contexts.persistence import (
+    ContextStore,
+    decode,
+    head_key,
+    log_key,
+    seg_key,
+)
 from ctxd_sidecar.core.errors import CtxdError
+from ctxd_sidecar.core.storage import Storage
 from ctxd_sidecar.plugin.store import Item
 
-#: The running :class:`ctxd_sidecar.core.migrate.Migration` (its stores and
-#: report); not imported, as that module imports this one.
-Migration = Any
+
+class KeyCounts(Protocol):
+    """The counters of a migration's report that replacing a context moves."""
+
+    keys_copied: int
+    keys_already_present: int
+    keys_overwritten: int
+    keys_removed: int
+
+
+class Migration(Protocol):
+    """What replacing a context needs of the running migration
+    (:class:`ctxd_sidecar.core.migrate.Migration`)."""
+
+    src: Storage
+    dst: Storage
+    dst_contexts: ContextStore
+    report: KeyCounts
 
 
 def _segment_keys(cid: str, doc: dict[str, Any]) -> set[str]:

@@ -69,6 +69,7 @@ class Storage:
         instance: str = "default",
         workers: int = 16,
         observer: StoreObserver | None = None,
+        idle: Callable[[], bool] = _never,
     ) -> None:
         if not instance or "/" in instance:
             # Instance "a" would otherwise list every key of instance "a/b".
@@ -96,10 +97,9 @@ class Storage:
         )
         self.inline_writes = CallStyle.INLINE_WRITES in style
         self._inline_ops = frozenset((store.put, store.delete) if self.inline_writes else ())
-        #: Whether nothing but the caller is waiting for the event loop: the
-        #: server sets it from its admission gate. Until then writes never
-        #: run inline.
-        self.idle: Callable[[], bool] = _never
+        #: Whether nothing but the caller waits for the event loop (the server's
+        #: admission gate answers): only then may a write run inline.
+        self.idle = idle
         self.inline_write_budget = INLINE_WRITE_BUDGET_S
         self.inline_write_pause = INLINE_WRITE_PAUSE_S
         self._inline_mean = 0.0

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from ctxd_sidecar.config import problems
 from ctxd_sidecar.plugin.spec import hookimpl
 from ctxd_sidecar.plugin.store import Store
 
@@ -45,19 +46,6 @@ Opts = TypeVar("Opts", bound=StoreOptions)
 #: Opens the store a URI names: ``factory(uri, options)``. It may raise
 #: ``ValueError`` with an operator-facing message for a malformed URI.
 StoreFactory = Callable[[str, Opts], Store]
-
-#: What an option must be, by pydantic error type.
-_MUST_BE = {
-    "bool_parsing": "true or false",
-    "bool_type": "true or false",
-    "float_parsing": "a number",
-    "float_type": "a number",
-    "finite_number": "a finite number",
-    "int_parsing": "a whole number",
-    "int_type": "a whole number",
-    "int_from_float": "a whole number",
-}
-
 
 class StoreHooks:
     """``ctxd_store_schemes`` and ``ctxd_open_store`` for one scheme: a plugin
@@ -110,21 +98,8 @@ def parse_options(scheme: str, schema: type[Opts], raw: Mapping[str, str]) -> Op
 
 def _one_line(scheme: str, schema: type[StoreOptions], error: Mapping[str, Any]) -> str:
     name = ".".join(str(p) for p in error.get("loc", ())) or "?"
-    kind = error.get("type", "")
-    given = error.get("input")
-    if kind == "extra_forbidden":
+    if error.get("type") == "extra_forbidden":
         # as the URI spells them: a field's alias where it has one
         known = ", ".join(sorted(f.alias or n for n, f in schema.model_fields.items())) or "none"
         return f"unknown {scheme} store option {name!r} (known options: {known})"
-    if kind in _MUST_BE:
-        return f"{scheme} store option {name}={given!r} must be {_MUST_BE[kind]}"
-    ctx = error.get("ctx") or {}
-    if kind == "greater_than" and ctx.get("gt") == 0:
-        return f"{scheme} store option {name} must be positive"
-    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
-        bound = next(iter(ctx.values()), "")
-        word = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<"}.get(kind, "<=")
-        return f"{scheme} store option {name} must be {word} {bound}"
-    if kind == "literal_error":
-        return f"{scheme} store option {name}={given!r} must be {ctx.get('expected', '')}"
-    return f"{scheme} store option {name}={given!r}: {error.get('msg', 'invalid')}"
+    return f"{scheme} store option {problems.describe(error, name, schema)}"

@@ -11,6 +11,7 @@ import signal
 import socket
 import stat
 import time
+from collections.abc import Callable
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -68,19 +69,38 @@ class Sidecar:
     async def start(self) -> str:
         """Check, bind, open the store and start serving; return the bound address.
 
-        Whatever can refuse without the store comes first (token and TLS
-        files, the listen and metrics addresses): a sidecar that cannot serve
-        never opens, and never writes to, a store another sidecar may be
-        serving, and its refusal is the only line it prints. The port is held
-        from here on, so callers that connect while the store opens wait for
-        it instead of being refused.
+        In phases, as uvicorn's server starts: :meth:`_check` refuses what
+        needs no store (token and TLS files, the listen and metrics
+        addresses), so a sidecar that cannot serve never opens, and never
+        writes to, a store another sidecar may be serving, and its refusal is
+        the only line it prints; :meth:`_open` holds the port from then on
+        (callers that connect while the store opens wait instead of being
+        refused) and builds the domain; :meth:`_register` puts the services
+        behind the layers; :meth:`_serve` starts them and says so.
         """
+        token, credentials = self._check()
+        # The admission gate comes first: the domain's storage asks it
+        # whether a write may run on the event loop.
+        self.gate = Gate(
+            {
+                WATCH_CONTEXT: ("max_watch_streams", self.config.max_watch_streams),
+                HEALTH_WATCH: ("max_health_watch_streams", self.config.max_health_watch_streams),
+            }
+        )
+        await self._open(credentials)
+        self._register(token)
+        await self._serve(token=bool(token), tls=credentials is not None)
+        return self.address
+
+    def _check(self) -> tuple[str, grpc.ServerCredentials | None]:
         cfg = self.config
         check_address(cfg.listen, "listen")
         if cfg.metrics_listen:
             check_address(cfg.metrics_listen, "metrics_listen")
-        token = read_token(cfg)
-        credentials = server_credentials(cfg)
+        return read_token(cfg), server_credentials(cfg)
+
+    async def _open(self, credentials: grpc.ServerCredentials | None) -> None:
+        cfg = self.config
         self.server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -97,23 +117,16 @@ class Sidecar:
                     raise StartupError(
                         f"cannot listen on {cfg.metrics_listen} (metrics_listen): {_reason(exc)}"
                     ) from None
-            self.domain = await open_domain(cfg)
+            self.domain = await open_domain(cfg, idle=self.gate.alone)
         except BaseException:
             await self._unbind()
             raise
         self.storage = self.domain.storage
         self.contexts, self.memory = composition.servicers(self.domain)
 
-        self.gate = Gate(
-            {
-                WATCH_CONTEXT: ("max_watch_streams", cfg.max_watch_streams),
-                HEALTH_WATCH: ("max_health_watch_streams", cfg.max_health_watch_streams),
-            }
-        )
-        layers = _layers(cfg, token, self.domain.tracing, self.gate)
-        # A write may commit on the event loop only while no other call waits for it.
-        self.storage.idle = self.gate.alone
-        # Every service is registered through the pipeline of layers (server/layers/).
+    def _register(self, token: str) -> None:
+        """Every service through the pipeline of layers (server/layers/)."""
+        layers = _layers(self.config, token, self.domain.tracing, self.gate)
         registrar = Registrar(self.server, Pipeline(layers))
         add_service(registrar, self.memory, memory_pb2.DESCRIPTOR.services_by_name["MemoryService"])
         add_service(
@@ -129,6 +142,9 @@ class Sidecar:
             ),
             registrar,
         )
+
+    async def _serve(self, *, token: bool, tls: bool) -> None:
+        cfg = self.config
         await self.domain.start()
         await self.server.start()
         for name in ("", *SERVICE_NAMES):
@@ -137,7 +153,7 @@ class Sidecar:
             self.storage, self.health, SERVICE_NAMES, cfg.store_probe_interval, self._stopped
         )
         self._probe = asyncio.create_task(probe.run(), name="store-probe")
-        warning = exposure_warning(cfg.listen, token=bool(token), tls=credentials is not None)
+        warning = exposure_warning(cfg.listen, token=token, tls=tls)
         if warning:
             log.warning(warning)
         log.info(
@@ -148,7 +164,6 @@ class Sidecar:
                 "instance": cfg.instance,
             },
         )
-        return self.address
 
     def _bind(self, listen: str, credentials: grpc.ServerCredentials | None) -> str:
         # gRPC only says "cannot bind", never why; a socket of our own says why.
@@ -217,10 +232,12 @@ class Sidecar:
         await self._stopped.wait()
 
 
-async def open_domain(cfg: Config) -> composition.Domain:
+async def open_domain(
+    cfg: Config, *, idle: Callable[[], bool] | None = None
+) -> composition.Domain:
     """Build the domain; a store that cannot be opened is one line, not a traceback."""
     try:
-        return await composition.build(cfg, plugin_manager())
+        return await composition.build(cfg, plugin_manager(), idle=idle)
     except (StoreError, OSError) as exc:
         scheme = cfg.store.partition(":")[0] or "store"
         raise StartupError(f"cannot open the {scheme} store: {_reason(exc)}") from None

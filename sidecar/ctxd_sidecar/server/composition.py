@@ -1,18 +1,15 @@
 """The composition root: every part of a running sidecar, built in one place.
 
 :func:`build` goes store → storage view → domain services → summarisers →
-skills catalogue, and :func:`servicers` puts the gRPC adapters over them.
-This module is where a new service, store or summariser is wired in (see
-docs/architecture.md). Two builders sit elsewhere: the servicer builds
-:class:`~ctxd_sidecar.core.contexts.truncation.TranscriptEdits`
-(:class:`~ctxd_sidecar.server.context_edits.ContextEdits`), and ``ctxd
-migrate`` builds its own stores and :class:`~ctxd_sidecar.core.migrate.Migration`
-(:mod:`ctxd_sidecar.cli`).
+skills catalogue, and :func:`servicers` puts the gRPC adapters over them;
+:func:`migration` builds what ``ctxd migrate`` runs. This module is where a
+new service, store or summariser is wired in (see docs/architecture.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pluggy
@@ -28,13 +25,16 @@ from ctxd_sidecar.core.contexts.model import NOTE, ContextState, Msg
 from ctxd_sidecar.core.contexts.planning import Planning
 from ctxd_sidecar.core.contexts.service import ContextService
 from ctxd_sidecar.core.contexts.skillset import SkillSet
+from ctxd_sidecar.core.contexts.truncation import TranscriptEdits
 from ctxd_sidecar.core.contexts.turns import TurnRequest, Turns
 from ctxd_sidecar.core.memory import Memory, MemoryBackend, StoreMemory
+from ctxd_sidecar.core.migrate import Migration
 from ctxd_sidecar.core.observe import StoreObservers
 from ctxd_sidecar.core.prompt.assemble import PromptAssembler
 from ctxd_sidecar.core.skills import SkillCatalogue
 from ctxd_sidecar.core.storage import Storage
 from ctxd_sidecar.plugin.manager import PluginHooks, open_store, summarisers
+from ctxd_sidecar.plugin.store import Store, StoreError
 from ctxd_sidecar.server import metrics, tracing
 from ctxd_sidecar.server.contexts import ContextServicer
 from ctxd_sidecar.server.memory import MemoryServicer
@@ -57,6 +57,7 @@ class Domain:
     prompts: PromptAssembler
     skillset: SkillSet
     memory: Memory
+    edits: TranscriptEdits
     #: Spans for RPCs and store operations, when ``otlp_endpoint`` is set.
     tracing: tracing.Tracing | None = None
 
@@ -86,17 +87,26 @@ class Domain:
             await asyncio.to_thread(self.tracing.shutdown)
 
 
-def memory_backend(config: Config, storage: Storage) -> MemoryBackend:
-    """The store, or an MCP memory server when ``memory.mcp_server`` is set."""
+def memory_backend(
+    config: Config, storage: Storage, observer: metrics.PrometheusObserver | None = None
+) -> MemoryBackend:
+    """The store, or an MCP memory server when ``memory.mcp_server`` is set
+    (it keeps no counters to observe)."""
     if config.memory.mcp_server:
         from ctxd_sidecar.core.memory.mcp import McpMemory  # the mcp SDK only when used
 
         return McpMemory(config.memory)
-    return StoreMemory(config.memory, storage)
+    return StoreMemory(config.memory, storage, observer=observer)
 
 
-async def build(config: Config, pm: pluggy.PluginManager) -> Domain:
-    """Open the configured store and build every domain service over it."""
+async def build(
+    config: Config, pm: pluggy.PluginManager, *, idle: Callable[[], bool] | None = None
+) -> Domain:
+    """Open the configured store and build every domain service over it.
+
+    ``idle`` says whether nothing but the caller waits for the event loop
+    (the server's admission gate): only then may a store write run inline.
+    """
     store = await asyncio.to_thread(open_store, config.store, pm)
     traces = tracing.setup(config)
     storage = Storage(
@@ -104,29 +114,24 @@ async def build(config: Config, pm: pluggy.PluginManager) -> Domain:
         prefix=config.prefix,
         instance=config.instance,
         observer=StoreObservers(metrics.PrometheusObserver(), traces),
+        **({"idle": idle} if idle is not None else {}),
     )
-    contexts = ContextService(config.contexts, storage, archive_ttl=config.compaction.archive_ttl)
+    observer = metrics.PrometheusObserver()
+    contexts = ContextService(
+        config.contexts,
+        storage,
+        archive_ttl=config.compaction.archive_ttl,
+        observer=observer,
+    )
     catalogue = SkillCatalogue(config.skills)
     prompts = PromptAssembler(config.prompt, catalogue)
     skillset = SkillSet(contexts, catalogue, prompts)
     listing = Listing(contexts)
     deletion = Deletion(contexts)
-    observer = metrics.PrometheusObserver()
-    compactor = Compactor(
-        contexts,
-        config,
-        summarisers(config, pm),
-        observer=observer,
-        hooks=PluginHooks(pm),
-    )
     turns = Turns(contexts, skillset)
-
-    async def append_note(cid: str, text: str) -> None:
-        await turns.append(TurnRequest(cid, [Msg(NOTE, text=text)]))
-
-    compactor.append_note = append_note
-    memory = memory_backend(config, storage)
-    observe(observer, contexts, memory)
+    compactor = _compactor(config, pm, contexts, turns, observer)
+    memory = memory_backend(config, storage, observer)
+    observe(observer, contexts)
     return Domain(
         storage=storage,
         contexts=contexts,
@@ -141,24 +146,73 @@ async def build(config: Config, pm: pluggy.PluginManager) -> Domain:
         prompts=prompts,
         skillset=skillset,
         memory=Memory(config.memory, memory),
+        edits=TranscriptEdits(contexts, turns),
         tracing=traces,
     )
 
 
-def observe(
-    observer: metrics.PrometheusObserver, contexts: ContextService, memory: MemoryBackend
-) -> None:
-    """Wire the domain's observers: resident contexts, the token estimate
-    after each turn, and the memory counters (an MCP backend keeps none)."""
-    contexts.registry.observer = observer
+def _compactor(
+    config: Config,
+    pm: pluggy.PluginManager,
+    contexts: ContextService,
+    turns: Turns,
+    observer: metrics.PrometheusObserver,
+) -> Compactor:
+    """The compactor, with the plugins' notes appended as turns of their own."""
+
+    async def append_note(cid: str, text: str) -> None:
+        await turns.append(TurnRequest(cid, [Msg(NOTE, text=text)]))
+
+    return Compactor(
+        contexts,
+        config,
+        summarisers(config, pm),
+        observer=observer,
+        hooks=PluginHooks(pm),
+        notes=append_note,
+    )
+
+
+def observe(observer: metrics.PrometheusObserver, contexts: ContextService) -> None:
+    """The token estimate after each turn, told to ``observer``."""
 
     def after(event: ContextEvent, state: ContextState | None) -> None:
         if event.kind == "turn" and state is not None:
             observer.context_tokens(state.est_tokens)
 
     contexts.feed.add_listener(after)
-    if isinstance(memory, StoreMemory):
-        memory.observer = observer
+
+
+async def migration(
+    config: Config,
+    pm: pluggy.PluginManager,
+    source: str,
+    target: str,
+    *,
+    overwrite: bool = False,
+    dry_run: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> Migration:
+    """``ctxd migrate``'s run from ``source`` to ``target`` (the configured
+    prefix and instance); ValueError naming the store that cannot be opened.
+    The caller closes ``src`` and ``dst`` after it."""
+    stores: list[Store] = []
+    for role, uri in (("source", source), ("destination", target)):
+        try:
+            stores.append(await asyncio.to_thread(open_store, uri, pm))
+        except StoreError as exc:
+            for opened in stores:
+                opened.close()
+            raise ValueError(f"cannot open the {role} {uri}: {exc}") from None
+    src, dst = (Storage(s, prefix=config.prefix, instance=config.instance) for s in stores)
+    return Migration(
+        src,
+        dst,
+        overwrite=overwrite,
+        idem_cap=config.contexts.idempotency_keys,
+        dry_run=dry_run,
+        progress=progress,
+    )
 
 
 def servicers(domain: Domain) -> tuple[ContextServicer, MemoryServicer]:
@@ -171,5 +225,6 @@ def servicers(domain: Domain) -> tuple[ContextServicer, MemoryServicer]:
         compactor=domain.compactor,
         planning=domain.planning,
         skillset=domain.skillset,
+        edits=domain.edits,
     )
     return contexts, MemoryServicer(domain.memory)

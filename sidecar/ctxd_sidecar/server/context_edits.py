@@ -1,12 +1,10 @@
 """gRPC adapter for TruncateContext and CreateContext (see core.contexts.truncation).
 
 A mixin of :class:`ctxd_sidecar.server.contexts.ContextServicer`,
-which hands it ``self.contexts`` and ``self.turns``.
+which hands it ``self.edits`` (built by the composition root).
 """
 
 from __future__ import annotations
-
-from functools import cached_property
 
 import grpc
 
@@ -23,13 +21,10 @@ from ctxd_sidecar.server.context_convert import (
 
 
 class ContextEdits:
-    """TruncateContext and CreateContext, mixed into :class:`ContextServicer`;
-    it builds their use case, :class:`TranscriptEdits`, from the servicer's
-    ``contexts`` and ``turns``."""
+    """TruncateContext and CreateContext, mixed into :class:`ContextServicer`
+    over its use case, :class:`TranscriptEdits` (``self.edits``)."""
 
-    @cached_property
-    def edits(self) -> TranscriptEdits:
-        return TranscriptEdits(self.contexts, self.turns)
+    edits: TranscriptEdits
 
     async def TruncateContext(
         self, request: pb.TruncateContextRequest, context: grpc.aio.ServicerContext

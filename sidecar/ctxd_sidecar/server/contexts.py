@@ -40,13 +40,13 @@ from ctxd_sidecar.server.context_convert import (
     summary_to_pb,
     turn_messages,
 )
-from ctxd_sidecar.server.context_edits import ContextEdits
+from ctxd_sidecar.server.context_edits import ContextEdits, TranscriptEdits
+from ctxd_sidecar.server.context_history import ContextHistory
 
 
-class ContextServicer(ContextEdits, context_pb2_grpc.ContextServiceServicer):
-    """``ctxd.v1.ContextService`` over the contexts room's use cases, each
-    handed in by the composition root (TruncateContext and CreateContext are
-    in :class:`ContextEdits`)."""
+class ContextServicer(ContextEdits, ContextHistory, context_pb2_grpc.ContextServiceServicer):
+    """``ctxd.v1.ContextService`` over the contexts room's use cases, each handed
+    in by the composition root (TruncateContext, CreateContext: :class:`ContextEdits`)."""
 
     def __init__(
         self,
@@ -58,8 +58,9 @@ class ContextServicer(ContextEdits, context_pb2_grpc.ContextServiceServicer):
         compactor: Compactor,
         planning: Planning,
         skillset: SkillSet,
+        edits: TranscriptEdits,
     ) -> None:
-        self.contexts = contexts
+        self.contexts, self.edits = contexts, edits
         self.turns = turns
         self.listing = listing
         self.deletion = deletion
@@ -115,6 +116,7 @@ class ContextServicer(ContextEdits, context_pb2_grpc.ContextServiceServicer):
     ) -> pb.GetContextResponse | bytes:
         read = read_convert.read_request(request)
         st = await self.contexts.get(read.context_id, latest=read.latest)
+        st = await self.state_at(st, read.at_version)
         return read_convert.answer(st, read, self.contexts.compactions)
 
     async def ListContexts(

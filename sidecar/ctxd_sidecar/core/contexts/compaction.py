@@ -76,7 +76,7 @@ class WouldGrow(FailedPrecondition):
 
 # -- results ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class PlanResult:
+class CompactionPlan:
     nothing_to_do: bool
     reason: str = ""
     plan_ref: str = ""
@@ -186,6 +186,7 @@ class Compactor:
         *,
         observer: CompactionObserver | None = None,
         hooks: CompactionHooks | None = None,
+        notes: Callable[[str, str], Awaitable[object]] | None = None,
     ) -> None:
         self.service = service
         self.contexts_cfg = config.contexts
@@ -193,9 +194,8 @@ class Compactor:
         self.summarisers = summarisers
         self.observer: CompactionObserver = observer or NullObserver()
         self.hooks: CompactionHooks = hooks or NoHooks()
-        #: Appends a note message to a context (set by the composition root);
-        #: used for the notes plugins return after a compaction.
-        self.append_note: Callable[[str, str], Awaitable[object]] | None = None
+        #: Appends a plugin's note, returned after a compaction, to a context.
+        self.append_note = notes
 
     async def stop(self) -> None:
         """Close the summarisers (their HTTP clients)."""
@@ -225,13 +225,13 @@ class Compactor:
             return decided, ""
         return None, decided.reason
 
-    async def plan(self, context_id: str, keep_last: int = 0, target_tokens: int = 0) -> PlanResult:
+    async def plan(self, context_id: str, keep_last: int = 0, target_tokens: int = 0) -> CompactionPlan:
         keep, target = self._options(keep_last, target_tokens)
         st = await self.service.get(context_id)
         # Read without awaiting: the record is the live object.
         cut, reason = self._cut(st, keep, target)
         if cut is None:
-            return PlanResult(
+            return CompactionPlan(
                 True, reason=reason, base_version=st.version, tokens_before=st.est_tokens
             )
         folded = st.messages[: cut.fold]
@@ -249,7 +249,7 @@ class Compactor:
             folded=folded,
             ledger_cap=LedgerCap(self.cfg.ledger_max_items, self.cfg.ledger_max_bytes),
         )
-        return PlanResult(
+        return CompactionPlan(
             False,
             plan_ref=ref.encode(),
             base_version=st.version,

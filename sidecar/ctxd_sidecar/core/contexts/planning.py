@@ -30,7 +30,7 @@ PlanEdit = Callable[[Planner, Plan | None], Plan | None]
 
 
 @dataclass(frozen=True)
-class PlanResult:
+class PlanUpdate:
     version: int
     plan: Plan | None
 
@@ -55,7 +55,7 @@ class Planning:
 
     async def update_plan(
         self, context_id: str, edit: PlanEdit, *, expected_version: int | None = None
-    ) -> PlanResult:
+    ) -> PlanUpdate:
         """Apply ``edit`` to the context's plan and commit the result (one version)."""
 
         def build(st: ContextState) -> dict[str, Any]:
@@ -65,7 +65,7 @@ class Planning:
         st, _ = await self.contexts.change(
             context_id, build, expected_version=expected_version, event="plan"
         )
-        return PlanResult(st.version, _copy(st.plan))
+        return PlanUpdate(st.version, _copy(st.plan))
 
     async def report_run(
         self, context_id: str, binding: Binding, outcome: RunOutcome | str, reason: str = ""

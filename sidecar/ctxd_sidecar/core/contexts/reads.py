@@ -77,8 +77,13 @@ class ReadRequest:
             raise InvalidArgument(
                 f"{f}last_n", "goes without since_version (an incremental read is already a tail)"
             )
-        if self.at_version:
-            raise InvalidArgument(f"{f}at_version", "earlier versions are not readable yet; send 0")
+        if self.at_version < 0:
+            raise InvalidArgument(f"{f}at_version", "must not be negative (0 reads the latest)")
+        if self.at_version and self.since is not None:
+            raise InvalidArgument(
+                f"{f}at_version",
+                "goes without since_version (an earlier version is read whole); send one of them",
+            )
 
     def _check_since(self, f: str) -> None:
         if self.since is not None and self.since < 0:
@@ -115,6 +120,11 @@ class ReadRequest:
             raise InvalidArgument(
                 f"{self.prefix}page_token",
                 "a turn's read starts at the first page; continue with GetContext",
+            )
+        if self.at_version:
+            raise InvalidArgument(
+                f"{self.prefix}at_version",
+                "a turn's read reads the version the turn made; read earlier ones with GetContext",
             )
         return replace(self, context_id=context_id)
 

@@ -58,15 +58,15 @@ class Entry:
 
 
 class Registry:
-    #: Told the resident count after it may have changed (set by the composition root).
-    observer: ContextsObserver = NullObserver()
-
     def __init__(
         self,
         max_contexts: int,
         max_bytes: int,
         on_evict: Callable[[Entry], None] = lambda e: None,
+        observer: ContextsObserver | None = None,
     ) -> None:
+        #: Told the resident count after it may have changed.
+        self.observer: ContextsObserver = observer or NullObserver()
         self.max_contexts = max_contexts
         self.max_bytes = max_bytes
         self.on_evict = on_evict

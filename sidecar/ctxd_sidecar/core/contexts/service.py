@@ -36,6 +36,7 @@ from ctxd_sidecar.core.contexts.persistence import (
     TRASH,
     ContextStore,
     HeadMoved,
+    cleanup_for,
     log_key,
     not_found,
 )
@@ -43,6 +44,7 @@ from ctxd_sidecar.core.contexts.registry import Entry, Registry
 from ctxd_sidecar.core.contexts.transaction import COMMIT_ATTEMPTS, Missing, Transaction
 from ctxd_sidecar.core.errors import Conflict, CtxdError, InvalidArgument
 from ctxd_sidecar.core.keyindex import KeyIndex
+from ctxd_sidecar.core.observe import ContextsObserver
 from ctxd_sidecar.core.storage import Storage
 from ctxd_sidecar.plugin.store import Item
 
@@ -64,18 +66,17 @@ class ContextService:
         *,
         clock: Callable[[], int] = wall_clock_ms,
         archive_ttl: float = 0.0,
+        observer: ContextsObserver | None = None,
     ) -> None:
-        self.config = config
-        self.storage = storage
+        self.config, self.storage = config, storage
         #: Seconds folded messages stay stored for ExpandCompaction (0: not kept).
         self.archive_ttl = archive_ttl
         #: Wall-clock milliseconds; replaceable (tests move time forward).
         self.clock = clock
         self.store = ContextStore(
-            storage,
-            idem_cap=config.idempotency_keys,
-            archive_ttl_ms=int(archive_ttl * 1000),
+            storage, idem_cap=config.idempotency_keys, archive_ttl_ms=int(archive_ttl * 1000)
         )
+        self.store.history_ttl_ms = int(config.history_ttl * 1000)
         self.index = KeyIndex(storage, HEADS)
         self.trash = KeyIndex(storage, TRASH)
         self.janitor = Janitor(batch=8 if self.store.remote else 1)
@@ -88,7 +89,7 @@ class ContextService:
             every_bytes=config.checkpoint_bytes,
         )
         self.registry = Registry(
-            config.cache_max_contexts, config.cache_max_bytes, self.checkpoints.on_evict
+            config.cache_max_contexts, config.cache_max_bytes, self.checkpoints.on_evict, observer
         )
         self._tasks: set[asyncio.Task] = set()
         self._followers: dict[str, asyncio.Task] = {}
@@ -169,7 +170,7 @@ class ContextService:
         if st is None and e.id == ROOT_ID:
             st = self.new_state(ROOT_ID)
         elif st is not None:
-            self.checkpoints.sweep(self.store.cleanup_for(st))
+            self.checkpoints.sweep(cleanup_for(st))
         if st is not None and st.deleted:
             st.forget_messages()
         e.state, e.stale = st, False

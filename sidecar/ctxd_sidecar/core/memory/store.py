@@ -69,16 +69,16 @@ class StoreMemory(MemoryBackend):
     ``memory/_index`` record (see :mod:`ctxd_sidecar.core.keyindex`).
     """
 
-    #: Told the counters after every change (the composition root sets it).
-    observer: MemoryObserver = NullObserver()
-
     def __init__(
         self,
         config: MemoryConfig,
         storage: Storage,
         *,
         clock: Callable[[], float] = time.time,
+        observer: MemoryObserver | None = None,
     ) -> None:
+        #: Told the counters after every change.
+        self.observer: MemoryObserver = observer or NullObserver()
         self.config = config
         self.storage = storage
         #: Wall clock in seconds; replaceable (tests move time forward).
