@@ -17,8 +17,10 @@ import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 from prometheus_client import REGISTRY
+from pydantic import ValidationError
 
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
+from ctxd_sidecar.config import CompactionConfig
 from tests.support.compaction import (
     Watcher,
     append,
@@ -213,3 +215,39 @@ def test_a_plugin_s_empty_summary_is_refused_and_leaves_the_context(
     assert get(sc, "plug") == before
     fake_openai.answer = json.dumps({"facts": ["checked the runs"]})
     assert sc.contexts.Compact(pb.CompactRequest(context_id="plug", keep_last=2)).compacted
+
+
+# -- compaction.min_fidelity -----------------------------------------------------------------
+def test_a_fold_below_min_fidelity_is_declined_on_both_paths(start_sidecar, uri, fake_openai):
+    sc = start_sidecar(
+        uri,
+        compaction__ledger_max_items=4,
+        compaction__min_fidelity=0.5,
+        **openai_settings(fake_openai),
+    )
+    for i in range(4):
+        artifact_turn(sc, "low", i)
+    before = get(sc, "low")
+    p = plan(sc, "low", keep_last=2)
+    labels = {"trigger": "runtime", "reason": "low_fidelity"}
+    counted = sample("ctxd_compaction_summaries_refused_total", labels)
+    err = rpc_error(apply, sc, "low", p.plan_ref, "Checked the runs.")
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert error_reason(err) == "LOW_FIDELITY" and "4 of 15" in err.details(), err.details()
+    assert sample("ctxd_compaction_summaries_refused_total", labels) == counted + 1
+    fake_openai.answer = json.dumps({"facts": ["checked the runs"]})
+    err = rpc_error(sc.contexts.Compact, pb.CompactRequest(context_id="low", keep_last=2))
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert error_reason(err) == "LOW_FIDELITY", err.details()
+    assert get(sc, "low") == before
+    # An answer that carries what the ledger cannot clears the bar.
+    urls = [f"https://ci.example.com/run/{i}" for i in range(3)]
+    r = apply(sc, "low", p.plan_ref, {"facts": [*urls, "/srv/app/mod0.py", "/srv/app/mod1.py"]})
+    assert r.compaction.fidelity.carried == 8 and r.compaction.fidelity.score >= 0.5
+
+
+def test_min_fidelity_is_a_share():
+    assert CompactionConfig().min_fidelity == 0.0  # off: no ordinary fold trips it
+    for bad in (-0.1, 1.5, float("nan")):
+        with pytest.raises(ValidationError, match="min_fidelity"):
+            CompactionConfig(min_fidelity=bad)

@@ -9,7 +9,9 @@ do not parse at all (truncated JSON, ``"{}"``) are refused before this, as
 :class:`~.errors.MalformedAnswer` (reason ``malformed_answer``).
 
 Reasons: ``empty_summary`` (nothing in any field), ``placeholder_summary``
-(only placeholder text).
+(only placeholder text). A fold that would carry less than
+``compaction.min_fidelity`` of its span's artifacts (see :mod:`.fidelity`)
+is declined the same way, reason ``low_fidelity``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from ctxd_sidecar.core.compaction.summary import LIST_FIELDS, Summary, parse_ans
 from ctxd_sidecar.core.errors import InvalidArgument
 
 #: Reasons a compaction is declined because of its summary.
-REASONS = ("malformed_answer", "empty_summary", "placeholder_summary")
+REASONS = ("malformed_answer", "empty_summary", "placeholder_summary", "low_fidelity")
 
 _NOT_WORD = re.compile(r"[\W_]+")
 _PLACEHOLDERS = frozenset(
@@ -78,6 +80,17 @@ def read(answer: str, source: str = "the answer") -> Summary:
     summary = parse_answer(answer)
     check(summary, source)
     return summary
+
+
+def check_fidelity(score: float, least: float, detail: str) -> None:
+    """:raise EmptySummary: reason ``low_fidelity`` when ``score < least``."""
+    if score < least:
+        raise EmptySummary(
+            "low_fidelity",
+            f"this fold would carry {score:.1%} of the folded messages' verbatim artifacts "
+            f"({detail}), below compaction.min_fidelity = {least:.1%}; nothing was folded "
+            "(fold fewer messages, or raise compaction.ledger_max_items / ledger_max_bytes)",
+        )
 
 
 def placeholder(text: str) -> bool:

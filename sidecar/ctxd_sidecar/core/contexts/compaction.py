@@ -248,6 +248,9 @@ class Compactor:
             ) from None
         try:
             result = await self._commit(context_id, ref, summary, by="runtime", may_grow=True)
+        except SummariserError as exc:  # low fidelity
+            report.refused(self.observer, context_id, "runtime", exc)
+            raise
         except CtxdError:
             self.observer.compaction("runtime", "failed")
             raise
@@ -295,7 +298,7 @@ class Compactor:
                 folded=folded,
                 ledger_cap=LedgerCap(self.cfg.ledger_max_items, self.cfg.ledger_max_bytes),
             )
-            fidelity = report.measure_fold(st, folded, merged)
+            fidelity = report.measure_fold(st, folded, merged, self.cfg.min_fidelity)
             plan_text = [st.plan.render()] if st.plan is not None else []
             evict = skills_to_evict(
                 [s.name for s in st.skills], msgs[n:], also_referenced_in=plan_text

@@ -15,20 +15,26 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from ctxd_sidecar.core.compaction import guard
 from ctxd_sidecar.core.compaction.fidelity import Fidelity, measure
 from ctxd_sidecar.core.observe import CompactionObserver
 
 log = logging.getLogger("ctxd_sidecar.core.contexts.compaction")
 
 
-def measure_fold(st: Any, folded: list, merged: Any) -> Fidelity:
+def measure_fold(st: Any, folded: list, merged: Any, least: float = 0.0) -> Fidelity:
     """The fidelity of folding ``folded`` (redacted) of context ``st`` into
-    ``merged``, continuing the decay estimate of its last compaction record."""
+    ``merged``, continuing the decay estimate of its last compaction record.
+
+    :raise EmptySummary: reason ``low_fidelity``, the score is below ``least``.
+    """
     last = st.compactions[-1].get("fid") if st.compactions else None
     seen = last.get("s") if isinstance(last, dict) else None
     if not isinstance(seen, int):
         seen = None
-    return measure(folded, st.summary, merged, previous_seen=seen)
+    fid = measure(folded, st.summary, merged, previous_seen=seen)
+    guard.check_fidelity(fid.score, least, f"{fid.carried} of {fid.total}")
+    return fid
 
 
 def compacted(
