@@ -64,9 +64,7 @@ def register(sub) -> None:
     cp.add_argument("--keep-last", type=int, default=0, help="messages kept verbatim")
     cp.add_argument("--summariser", default="", help="summariser plugin (default configured)")
     _common(cp)
-    co = cs.add_parser(
-        "compactions", help="one context's compactions: folded, tokens, artifacts kept, dropped"
-    )
+    co = cs.add_parser("compactions", help="compaction records: tokens, fidelity, dropped")
     co.add_argument("id")
     _common(co)
     de = cs.add_parser("delete", help="delete a conversation and everything stored for it")
