@@ -3,7 +3,7 @@
 A summariser's answer (from a plugin, or given to ApplyCompaction) that
 parses but says nothing — every field empty, or only placeholder text such
 as ``"..."``, ``"N/A"``, ``"TODO"``, ``"<summary>"`` or ``"Summary goes
-here"`` — is refused with :class:`EmptySummary`: the compaction is declined,
+here"`` — is refused with :class:`SummaryRefused`: the compaction is declined,
 the context is unchanged, and the refusal is counted by reason. Answers that
 do not parse at all (truncated JSON, ``"{}"``) are refused before this, as
 :class:`~.errors.MalformedAnswer` (reason ``malformed_answer``).
@@ -57,8 +57,8 @@ _PLACEHOLDERS = frozenset(
 )
 
 
-class EmptySummary(SummariserError):
-    """The answer parsed but carries no summary; ``reason`` says how."""
+class SummaryRefused(SummariserError):
+    """The summary is refused (nothing was folded); ``reason`` is one of :data:`REASONS`."""
 
 
 class RefusedAnswer(InvalidArgument):
@@ -76,16 +76,16 @@ def read(answer: str, source: str = "the answer") -> Summary:
         or ``placeholder_summary``.
     """
     if not answer.strip():
-        raise EmptySummary("empty_summary", f"{source} is empty; nothing was folded")
+        raise SummaryRefused("empty_summary", f"{source} is empty; nothing was folded")
     summary = parse_answer(answer)
     check(summary, source)
     return summary
 
 
 def check_fidelity(score: float, least: float, detail: str) -> None:
-    """:raise EmptySummary: reason ``low_fidelity`` when ``score < least``."""
+    """:raise SummaryRefused: reason ``low_fidelity`` when ``score < least``."""
     if score < least:
-        raise EmptySummary(
+        raise SummaryRefused(
             "low_fidelity",
             f"this fold would carry {score:.1%} of the folded messages' verbatim artifacts "
             f"({detail}), below compaction.min_fidelity = {least:.1%}; nothing was folded "
@@ -101,7 +101,7 @@ def placeholder(text: str) -> bool:
 def check(summary: Summary, source: str) -> None:
     """Refuse an answer that would write an empty summary.
 
-    :raise EmptySummary: no field has content, or all of it is placeholder text.
+    :raise SummaryRefused: no field has content, or all of it is placeholder text.
     """
     if summary.closed:
         return  # closing open items is news
@@ -109,14 +109,14 @@ def check(summary: Summary, source: str) -> None:
     if summary.narrative:
         items.append(summary.narrative)
     if not any(i.strip() for i in items):
-        raise EmptySummary(
+        raise SummaryRefused(
             "empty_summary",
             f"{source} is an empty summary (no goals, decisions, open items, facts or "
             "narrative); nothing was folded",
         )
     if all(placeholder(i) for i in items):
         shown = ", ".join(repr(i[:40]) for i in items[:3])
-        raise EmptySummary(
+        raise SummaryRefused(
             "placeholder_summary",
             f"{source} holds only placeholder text ({shown}); nothing was folded",
         )

@@ -26,7 +26,7 @@ def measure_fold(st: Any, folded: list, merged: Any, least: float = 0.0) -> Fide
     """The fidelity of folding ``folded`` (redacted) of context ``st`` into
     ``merged``, continuing the decay estimate of its last compaction record.
 
-    :raise EmptySummary: reason ``low_fidelity``, the score is below ``least``.
+    :raise SummaryRefused: reason ``low_fidelity``, the score is below ``least``.
     """
     last = st.compactions[-1].get("fid") if st.compactions else None
     seen = last.get("s") if isinstance(last, dict) else None
