@@ -34,6 +34,7 @@ SUITE_MODULES: tuple[str, ...] = (
     "bench.ctxd_process",
     "bench.ctxd_ui",
     "bench.peers",
+    "bench.adk_sessions",
 )
 
 DEFAULT_JSON = Path(__file__).resolve().with_name("results.json")

@@ -62,6 +62,9 @@ GROWTH_ONLY: dict[str, str] = {
     "incremental.s3": "ctxd.get_context.incremental.s3.h{mark}",
     "peer.agents_sqlite.history_read": "peer.agents_sqlite.history_read.h{mark}",
     "peer.agents_sqlite.turn": "peer.agents_sqlite.turn.h{mark}",
+    # Google ADK sessions (bench.adk_sessions): get_session of the 10 most recent events
+    "adk.get_session.recent10.lmdb": "ctxd.adk.get_session.recent10.lmdb.h{mark}",
+    "peer.adk_database.get_session.recent10": "peer.adk_database.get_session.recent10.h{mark}",
 }
 # AppendTurn against its write floor: the echo server's Put of the same request
 # bytes (one fsync'd LMDB put inline, then echo), which the contexts group
@@ -331,6 +334,42 @@ TARGETS: tuple[Target, ...] = (
         "<=",
         1.0,
         "s",
+    ),
+    Target(
+        "target.adk.get_session.recent10.vs_database.h10000",
+        "ADK get_session, 10 recent of 10,000 events: p50 <= 1.0x ADK DatabaseSessionService",
+        "floor_ratio",
+        "ctxd.adk.get_session.recent10.lmdb.h10000",
+        "<=",
+        1.0,
+        "x",
+    ),
+    Target(
+        "target.adk.get_session.recent10.growth",
+        "ADK get_session, 10 recent events: growth 10 -> 10,000 events <= 1.25x",
+        "derived",
+        "growth.adk.get_session.recent10.lmdb",
+        "<=",
+        1.25,
+        "x",
+    ),
+    Target(
+        "target.adk.get_session.all.vs_database.h10000",
+        "ADK get_session (no config) of 10,000 events, compacted in ctxd: p50 <= 0.1x ADK's",
+        "floor_ratio",
+        "ctxd.adk.get_session.all.compacted.lmdb.h10000",
+        "<=",
+        0.1,
+        "x",
+    ),
+    Target(
+        "target.adk.list_sessions.vs_database.n1000",
+        "ADK list_sessions of 1,000 sessions: p50 <= 1.0x ADK DatabaseSessionService",
+        "floor_ratio",
+        "ctxd.adk.list_sessions.lmdb.n1000",
+        "<=",
+        1.0,
+        "x",
     ),
     Target(
         "target.rss.idle_10000",

@@ -7,7 +7,7 @@ graph's long-term store (here: one note per question). Each line on stdin
 is one turn (an empty line ends the chat).
 
     pip install './clients/python[langgraph]' langchain-openai
-    CTXD_ADDRESS=127.0.0.1:7070 THREAD_ID=demo OPENAI_API_KEY=... python context_agent.py
+    CTXD_ADDRESS=127.0.0.1:50051 THREAD_ID=demo OPENAI_API_KEY=... python context_agent.py
 
 Any OpenAI-compatible chat-completions server works: set OPENAI_BASE_URL
 and MODEL.
@@ -30,7 +30,7 @@ def main() -> None:
     model_name = os.environ.get("MODEL", "gpt-4o-mini")
     model = ChatOpenAI(model=model_name, base_url=os.environ.get("OPENAI_BASE_URL"))
     thread = os.environ.get("THREAD_ID", "demo")
-    with Client(os.environ.get("CTXD_ADDRESS", "127.0.0.1:7070")) as ctxd:
+    with Client(os.environ.get("CTXD_ADDRESS", "127.0.0.1:50051")) as ctxd:
         store = CtxdStore(ctxd)
         agent = create_agent(
             model,

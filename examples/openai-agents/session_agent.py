@@ -6,7 +6,7 @@ is printed. The conversation lives in the sidecar, so a restarted agent
 when it passes its threshold.
 
     pip install './clients/python[agents]'
-    CTXD_ADDRESS=127.0.0.1:7070 SESSION_ID=demo OPENAI_API_KEY=... python session_agent.py
+    CTXD_ADDRESS=127.0.0.1:50051 SESSION_ID=demo OPENAI_API_KEY=... python session_agent.py
 
 Any OpenAI-compatible chat-completions server works: set OPENAI_BASE_URL
 and MODEL.
@@ -30,7 +30,7 @@ async def main() -> None:
     model_name = os.environ.get("MODEL", "gpt-4o-mini")
     model = OpenAIChatCompletionsModel(model=model_name, openai_client=AsyncOpenAI())
     agent = Agent(name="assistant", instructions="You are a concise assistant.", model=model)
-    async with AsyncClient(os.environ.get("CTXD_ADDRESS", "127.0.0.1:7070")) as ctxd:
+    async with AsyncClient(os.environ.get("CTXD_ADDRESS", "127.0.0.1:50051")) as ctxd:
         session = CtxdSession(os.environ.get("SESSION_ID", "demo"), ctxd, model=model_name)
         for line in sys.stdin:
             line = line.strip()

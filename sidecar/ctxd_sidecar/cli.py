@@ -185,6 +185,16 @@ def _log_warnings(cfg: config.Config) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader left (``ctxd plugins | head``): no traceback, and nothing more to
+        # flush into the closed pipe at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+
+
+def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["ui"]:
         from ctxd_sidecar.ui.cli import main as ui_main

@@ -461,3 +461,18 @@ async def test_async_client_verbs_and_watch(start_sidecar):
         assert (await c.info("aio")).version == 2
         t = await c.turn("aio", [{"user": {"text": "three"}}], since_version=2)
         assert t.next.change == "append" and [m.user.text for m in t.next.messages] == ["three"]
+
+
+def test_reads_at_a_version_list_versions_and_fork(client):
+    for i in range(3):
+        client.append_turn("hist", [{"user": {"text": f"t{i}"}}])
+    assert [m.user.text for m in client.slice("hist", at_version=2)] == ["t0", "t1"]
+    assert client.get("hist", at_version=1).info.version == 1
+    assert [m.user.text for m in client.get("hist", at_version=1).context.messages] == ["t0"]
+    assert [v.version for v in client.versions("hist", page_size=2)] == [3, 2, 1]
+    info = client.fork("hist", "hist-fork", at_version=2, idempotency_key="f")
+    assert (info.forked_from, info.forked_at_version) == ("hist", 2)
+    assert client.fork("hist", "hist-fork", at_version=2, idempotency_key="f") == info
+    client.append_turn("hist-fork", [{"user": {"text": "other"}}])
+    assert [m.user.text for m in client.slice("hist-fork")] == ["t0", "t1", "other"]
+    assert [m.user.text for m in client.slice("hist")] == ["t0", "t1", "t2"]

@@ -20,10 +20,13 @@ PACKAGE = Path(__file__).resolve().parents[2] / "clients" / "python"
 if str(PACKAGE) not in sys.path:  # the suite's venv holds the server only: import from source
     sys.path.insert(0, str(PACKAGE))
 
-from ctxd_client import AsyncClient, Client, _agent_ops, _base, _ops  # noqa: E402
+from ctxd_client import AsyncClient, Client, _agent_ops, _base, _history_ops, _ops  # noqa: E402
 
 VERBS = sorted(
-    name for name, fn in vars(_base._Verbs).items() if callable(fn) and not name.startswith("_")
+    name
+    for cls in (_base._Verbs, *_base._Verbs.__bases__)
+    for name, fn in vars(cls).items()
+    if callable(fn) and not name.startswith("_")
 )
 
 
@@ -60,7 +63,7 @@ def test_a_verb_and_its_op_builder_take_the_same_arguments(name):
 
 def test_every_op_builder_is_a_verb():
     built = {getattr(_base._Verbs, name).build for name in VERBS}
-    for module in (_ops, _agent_ops):
+    for module in (_ops, _agent_ops, _history_ops):
         for name, fn in vars(module).items():
             if inspect.isgeneratorfunction(fn) and not name.startswith("_"):
                 assert fn in built, f"{module.__name__}.{name} has no verb"

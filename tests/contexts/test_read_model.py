@@ -52,7 +52,14 @@ from tests.support.read_gen import (
     sdk_item_types,
 )
 
-COUNT: dict[str, int] = {"examples": 0, "steps": 0, "reads": 0, "refusals": 0, "compactions": 0}
+COUNT: dict[str, int] = {
+    "examples": 0,
+    "steps": 0,
+    "reads": 0,
+    "refusals": 0,
+    "compactions": 0,
+    "past": 0,
+}
 OTHER = other_items()
 
 
@@ -64,6 +71,8 @@ def sidecar():
             "store": "memory://",
             "listen": "127.0.0.1:0",
             "compaction.open_call_max_turns": 2,
+            # heads (and so the copies earlier versions are read from) every few changes
+            "contexts.checkpoint_every": 3,
         },
     )
     sc = InProcessSidecar(cfg)
@@ -159,7 +168,7 @@ class Conversation:
             setattr(req, k, v)
         if read is not None:
             req.read.CopyFrom(read.request(self.cid, turn=True))
-            bad = rc.refused(read.spec)
+            bad = rc.refused(read.spec, turn=True)
             if bad:
                 before = self._version()
                 rc.check_refusal(self.ctx.AppendTurn, "read." + bad, req)
@@ -307,6 +316,37 @@ class Conversation:
         if (paged.items, paged.system) != (fresh.items, fresh.system):
             rc.fault(rc._tail_pages(r.request(cid)), f"pages join differently: {what}")
         self._check_shape(r, fresh)
+        if spec["at_version"] == "past":
+            self._check_past(r, fresh)
+
+    def _check_past(self, r: rc.Reader, fresh: rc.Answer) -> None:
+        """Earlier versions read now as they read then (whole and paged); a
+        later one is OUT_OF_RANGE."""
+        spec, cid, info = r.spec, self.cid, fresh.info
+        r.past[info.incarnation, info.version] = (fresh.items, fresh.system, info)
+        mine = sorted(v for g, v in r.past if g == info.incarnation and v < info.version)
+        for v in {*mine[-1:], *mine[len(mine) // 3 : len(mine) // 3 + 1]}:
+            items, system, then = r.past[info.incarnation, v]
+            for size in (0, spec["page_size"] or 2):
+                req = r.request(cid, since=False, page_size=size)
+                req.at_version = v
+                got = rc.read_all(self.ctx, req)
+                COUNT["past"] += 1
+                if (got.items, got.system) != (items, system):
+                    rc.fault(rc._tail_pages(req), f"version {v} reads differently now: {spec}")
+                assert (got.info.version, got.info.message_count, got.info.turns) == (
+                    v,
+                    then.message_count,
+                    then.turns,
+                ), f"version {v}: {got.info} != {then}"
+        req = r.request(cid, since=False, page_size=0)
+        req.at_version = info.version + 1
+        try:
+            self.ctx.GetContext(req)
+        except grpc.RpcError as exc:
+            assert exc.code() == grpc.StatusCode.OUT_OF_RANGE, exc
+        else:
+            raise AssertionError("a version after the latest was read")
 
     def _check_shape(self, r: rc.Reader, fresh: rc.Answer) -> None:
         spec, fmt, tail = r.spec, r.spec["format"], r.spec["last_n"] > 0

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -294,11 +296,117 @@ async def test_async_client_and_concurrent_puts(address):
     await client.close()
 
 
-def test_a_key_too_long_for_ctxd_is_refused_clearly(address):
+async def test_labels_and_keys_as_long_as_langgraphs_own_stores_take(store):
+    """A 60-character label and a 200-character key (281 characters as one
+    ctxd key) and longer: stored under a digest, read back as given, listed
+    and searched under their namespace prefix, no two colliding."""
+    ns = ("n" * 60, "é" * 100)
+    keys = ["k" * 200, "k" * 199 + "j", "ключ" * 80, "short"]
+    for i, key in enumerate(keys):
+        await store.aput(ns, key, {"i": i})
+    for i, key in enumerate(keys):
+        got = await store.aget(ns, key)
+        assert (got.namespace, got.key, got.value) == (ns, key, {"i": i})
+    found = await store.asearch(ns[:1], limit=10)
+    assert sorted((i.namespace, i.key) for i in found) == sorted((ns, k) for k in keys)
+    assert await store.alist_namespaces(prefix=ns[:1]) == [ns]
+    assert await store.alist_namespaces(max_depth=1) == [ns[:1]]
+    await store.adelete(ns, keys[0])
+    assert await store.aget(ns, keys[0]) is None
+    assert (await store.aget(ns, keys[1])).value == {"i": 1}
+
+
+def test_an_item_stored_before_digests_is_read_and_moved_on_its_next_put(address):
+    """An item whose key (over 64 encoded characters, under 256 in all) was
+    written before long keys were digested: ``get`` finds it, and its next
+    put moves it to the digest key, keeping ``created_at``."""
+    store, raw = CtxdStore(Client(address)), Client(address)
+    ns, key = ("old",), "k" * 100
+    legacy = f"langgraph-store/old/!/{key}"
+    assert store._key(ns, key) != legacy and store._legacy(ns, key) == legacy
+    raw.memory_set(legacy, value_json=json.dumps({"v": {"n": 1}, "c": 1000, "u": 1000}))
+    assert store.get(ns, key).value == {"n": 1}
+    store.put(ns, key, {"n": 2})
+    got = store.get(ns, key)
+    assert got.value == {"n": 2} and got.created_at.timestamp() == 1.0
+    assert [r.key for r in raw.memory_list("langgraph-store/old/")] == [store._key(ns, key)]
+    assert [i.value for i in store.search(ns)] == [{"n": 2}]
+    store.put(ns, key, None)
+    assert store.get(ns, key) is None
+    store.close()
+    raw.close()
+
+
+async def test_a_dotted_filter_key_is_a_path_into_nested_objects(store):
+    """As LangGraph's SQLite and Postgres stores read ``{"user.access-level": ...}``."""
+    await store.aput(("docs",), "a", {"user": {"access-level": "admin", "age": 40}})
+    await store.aput(("docs",), "b", {"user": {"access-level": "guest", "age": 20}})
+    await store.aput(("docs",), "c", {"user": "flat"})
+    keys = lambda items: sorted(i.key for i in items)  # noqa: E731
+    assert keys(await store.asearch(("docs",), filter={"user.access-level": "admin"})) == ["a"]
+    assert keys(await store.asearch(("docs",), filter={"user.age": {"$lt": 30}})) == ["b"]
+    ne = {"user.access-level": {"$ne": "admin"}}
+    assert keys(await store.asearch(("docs",), filter=ne)) == ["b", "c"]
+    assert keys(await store.asearch(("docs",), filter={"user": "flat"})) == ["c"]
+
+
+def test_the_store_imports_without_langchain(tmp_path):
+    """The store needs LangGraph, not LangChain: with ``langchain`` unimportable,
+    ``from ctxd_client.integrations.langgraph import CtxdStore`` still works."""
+    script = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name == "langchain" or name.startswith("langchain."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Block())
+from ctxd_client.integrations.langgraph import CtxdStore
+print("store", CtxdStore.__name__)
+try:
+    from ctxd_client.integrations.langgraph import CtxdContextMiddleware
+except ModuleNotFoundError as exc:
+    print("middleware", exc.name)
+"""
+    clients = Path(__file__).resolve().parents[2] / "clients" / "python"
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(clients)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["store", "CtxdStore", "middleware", "langchain"], proc.stdout
+
+
+async def test_thousands_of_concurrent_operations_through_one_async_client(start_sidecar):
+    """6,000 puts, gets and searches at once through one AsyncClient all
+    complete (without a cap on calls in flight, hundreds ended CANCELLED)."""
+    client = AsyncClient(start_sidecar("memory://").address)
+    store = CtxdStore(client)
+
+    async def one(i: int):
+        ns = ("users", str(i % 50))
+        if i % 3 == 0:
+            return await store.aput(ns, f"k{i}", {"i": i})
+        if i % 3 == 1:
+            return await store.aget(ns, f"k{i - 1}")
+        return await store.asearch(ns, limit=5)
+
+    results = await asyncio.gather(*(one(i) for i in range(6000)), return_exceptions=True)
+    failed = [r for r in results if isinstance(r, BaseException)]
+    assert not failed, f"{len(failed)} failed, e.g. {failed[0]!r}"
+    assert len(await store.asearch(("users", "0"), limit=1000)) == 40
+    await client.close()
+    with pytest.raises(ValueError, match="max_in_flight"):
+        AsyncClient("127.0.0.1:1", max_in_flight=0)
+
+
+def test_a_namespace_too_deep_for_ctxd_is_refused_clearly(address):
     from ctxd_client.errors import InvalidArgument
 
     store = CtxdStore(address)
     with pytest.raises(InvalidArgument) as bad:
-        store.put(("n",), "k" * 300, {"v": 1})
+        store.put(tuple("n" * 60 for _ in range(5)), "k", {"v": 1})
     assert "key" in str(bad.value)
     store.close()

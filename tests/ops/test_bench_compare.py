@@ -204,3 +204,44 @@ def test_write_floor_throughput_and_restore_targets():
     assert checks["target.restore.lmdb.h10000"].value == pytest.approx(25.0)
     assert checks["target.restore.lmdb.h10000"].met is True
     assert checks["target.memory.set.tput.c16"].met is None  # not measured in this run
+
+
+def test_adk_session_targets():
+    rep = Report()
+    for mark, ctxd_p50, db_p50 in ((10, 2_000.0, 3_000.0), (10_000, 2_200.0, 40_000.0)):
+        rep.add(
+            Result(
+                f"peer.adk_database.get_session.recent10.h{mark}", "adk", "us", db_p50, db_p50, 20
+            )
+        )
+        rep.add(
+            Result(
+                f"ctxd.adk.get_session.recent10.lmdb.h{mark}",
+                "adk",
+                "us",
+                ctxd_p50,
+                ctxd_p50,
+                20,
+                ratio_to=f"peer.adk_database.get_session.recent10.h{mark}",
+            )
+        )
+    rep.add(Result("peer.adk_database.list_sessions.n1000", "adk", "us", 50_000.0, 60_000.0, 30))
+    rep.add(
+        Result(
+            "ctxd.adk.list_sessions.lmdb.n1000",
+            "adk",
+            "us",
+            80_000.0,
+            90_000.0,
+            30,
+            ratio_to="peer.adk_database.list_sessions.n1000",
+        )
+    )
+    compare.add_comparisons(rep)
+    checks = {c.name: c for c in rep.checks}
+    vs_db = checks["target.adk.get_session.recent10.vs_database.h10000"]
+    assert vs_db.value == pytest.approx(2_200 / 40_000) and vs_db.met is True
+    assert checks["target.adk.get_session.recent10.growth"].value == pytest.approx(1.1)
+    assert checks["target.adk.get_session.recent10.growth"].met is True
+    listing = checks["target.adk.list_sessions.vs_database.n1000"]
+    assert listing.value == pytest.approx(1.6) and listing.met is False

@@ -221,3 +221,28 @@ def test_migrate_from_a_source_a_sidecar_holds_says_so_in_one_line(
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1, proc.stderr
     assert "in use by another ctxd process" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_migrated_fork_is_still_a_fork_and_outlives_its_source(start_sidecar, store_uri_for):
+    src, dst = store_uri_for("lmdb"), store_uri_for("s3")
+    first = start_sidecar(src, contexts__checkpoint_every=3)
+    for i in range(8):
+        first.contexts.AppendTurn(
+            cpb.AppendTurnRequest(
+                context_id="trunk", messages=[cpb.Message(user=cpb.UserMessage(text=f"t{i}"))]
+            )
+        )
+    first.contexts.ForkContext(
+        cpb.ForkContextRequest(source_id="trunk", at_version=6, context_id="branch")
+    )
+    first.extra["handle"].close()
+    code, report = _migrate(src, dst)
+    assert code == 0, json.dumps(report)
+    last = start_sidecar(dst, contexts__fence_hold=0)
+    info = last.contexts.GetContext(cpb.GetContextRequest(context_id="branch")).info
+    assert (info.forked_from, info.forked_at_version) == ("trunk", 6)
+    last.contexts.DeleteContext(cpb.DeleteContextRequest(context_id="trunk"))
+    svc = last.extra["sidecar"].domain.contexts
+    assert last.extra["handle"].call(svc.janitor.drain(60))
+    ctx = last.contexts.GetContext(cpb.GetContextRequest(context_id="branch")).context
+    assert [m.user.text for m in ctx.messages] == [f"t{i}" for i in range(6)]

@@ -101,3 +101,24 @@ def test_a_turn_answered_aborted_that_was_appended_is_reported():
     ]
     report = check({"c": ops}, LOG)
     assert len(report.findings) == 1 and "applied twice" in report.findings[0], report
+
+
+def test_an_earlier_version_read_differently_is_reported():
+    def at(o, inc, v):
+        o.version = (inc, v)
+        return o
+
+    good = [
+        op(1, "append", (0, "a"), 0, 1),
+        at(op(2, "get", None, 2, 3, out=("a",)), "g1", 1),
+        op(1, "append", (1, "b"), 4, 5),
+        at(op(2, "get_at", 1, 6, 7, out=("a",)), "g1", 1),
+        at(op(3, "get_at", 1, 6, 8, out=None), "g2", 1),  # another incarnation, not kept
+        at(op(2, "get", None, 8, 9, out=("a", "b")), "g1", 2),
+    ]
+    assert check({"c": good}, LOG).ok
+    changed = [*good, at(op(3, "get_at", 1, 10, 11, out=("a", "b")), "g1", 1)]
+    report = check({"c": changed}, LOG)
+    assert len(report.findings) == 1 and "version changed" in report.findings[0], report
+    other = [*good, at(op(3, "get_at", 1, 10, 11, out=("x",)), "g2", 1)]
+    assert check({"c": other}, LOG).ok  # version 1 of another incarnation

@@ -4,7 +4,8 @@ loses the store's replies after the store acted on the request, every call
 recorded, and each memory key's and each context's history checked against
 a sequential model (tests/support/history.py): no write applied twice, no
 acknowledged write missing, no LATEST read that misses a write acknowledged
-before it began.
+before it began, and every read of an earlier version (at_version, on any
+replica) sees what that version held when it was made.
 
 PostgreSQL through tests/support/pgproxy.py (a reply lost after the commit,
 held a moment first so other replicas write on top before the retry); S3 on
@@ -162,6 +163,9 @@ def run_history(replicas, size: Size, seed: int):
     total = sum(counter(replicas[-1], k) for k in keys)
     print(f"memory: {memory}\ncontexts: {contexts}")
     print(f"increments: {acked} acknowledged, {maybe} unknown, counters sum to {total}")
+    earlier = sum(1 for op in rec.ops if op.f == "get_at" and op.ok and op.out is not None)
+    print(f"earlier versions read: {earlier}")
+    assert earlier, "no earlier version was read: the run proved nothing about history"
     assert acked <= total <= acked + maybe, (acked, maybe, total)
     return memory, contexts
 

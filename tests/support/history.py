@@ -23,7 +23,10 @@ went wrong, not only that something did:
 
 Two models: :data:`REGISTER` (a memory key: ``read``, ``cas`` from an
 expected write id to a new one, ``create``) and :data:`LOG` (a context:
-``get``, ``append`` at an expected version, ``delete``).
+``get``, ``append`` at an expected version, ``delete``). A context's
+``get_at`` reads an earlier version (GetContextRequest.at_version): it
+constrains no order, but every read of one (incarnation, version) must see
+the same turns (:func:`versions_changed`).
 """
 
 from __future__ import annotations
@@ -56,10 +59,15 @@ class Op:
     #: True: happened; False: refused (did not happen); None: unknown.
     ok: bool | None = None
     out: Any = None
+    #: ``get``/``get_at``: the (incarnation, version) the answer was of.
+    version: tuple[str, int] | None = None
 
     def __str__(self) -> str:
         state = {True: "ok", False: "refused", None: "unknown"}[self.ok]
-        out = f" -> {self.out!r}" if self.ok and self.f in {"read", "get", "delete"} else ""
+        out = (
+            f" -> {self.out!r}" if self.ok and self.f in {"read", "get", "get_at", "delete"} else ""
+        )
+        out += f" @{self.version}" if self.version else ""
         done = "?" if self.complete is None else f"{self.complete:.3f}"
         arg = "" if self.arg is None else repr(self.arg)
         return f"p{self.process} {self.f}({arg}){out} {state} [{self.invoke:.3f}, {done}]"
@@ -255,6 +263,21 @@ def stale_reads(ops: list[Op]) -> list[str]:
     return out
 
 
+def versions_changed(ops: list[Op]) -> list[str]:
+    """Two reads of one (incarnation, version) that saw different turns: a
+    version, once made, never changes, whichever replica reads it and however
+    long after."""
+    first: dict[tuple[str, int], Op] = {}
+    out = []
+    for op in ops:
+        if not op.ok or op.f not in {"get", "get_at"} or op.version is None or op.out is None:
+            continue
+        seen = first.setdefault(op.version, op)
+        if seen.out != op.out:
+            out.append(f"version changed: {op} and {seen} read {op.version} differently")
+    return out
+
+
 def _before(seen: Any, written: Any, parent: dict) -> bool:
     """Whether ``seen`` is an older write than ``written`` (or absent)."""
     if seen is None:
@@ -291,8 +314,8 @@ def check(histories: dict[str, list[Op]], model: Model) -> Report:
     for key, ops in sorted(histories.items()):
         calls += len(ops)
         unknown += sum(o.ok is None for o in ops)
-        named = applied_twice(ops) + stale_reads(ops)
-        verdict = linearizable(ops, model)
+        named = applied_twice(ops) + stale_reads(ops) + versions_changed(ops)
+        verdict = linearizable([o for o in ops if o.f != "get_at"], model)
         if not verdict.ok and not named:
             last = verdict.order[-1] if verdict.order else None
             named.append(

@@ -105,8 +105,11 @@ def counter(replica, key: str) -> int:
     return json.loads(got.value_json)["n"]
 
 
-def read_context(rec: Recorder, process: int, cid: str, stub) -> tuple | None | bool:
-    """A LATEST read: the turns' texts (None: not found; False: unknown)."""
+def read_context(
+    rec: Recorder, process: int, cid: str, stub, versions: list[int] | None = None
+) -> tuple | None | bool:
+    """A LATEST read: the turns' texts (None: not found; False: unknown);
+    the version read is added to ``versions``."""
     op = rec.begin(process, cid, "get")
     req = pb.GetContextRequest(
         context_id=cid, view=pb.CONTEXT_VIEW_FULL, consistency=pb.READ_CONSISTENCY_LATEST
@@ -119,8 +122,31 @@ def read_context(rec: Recorder, process: int, cid: str, stub) -> tuple | None | 
         return None if found else False
     assert not resp.next_page_token, "keep the contexts short: one page"
     out = tuple(m.user.text for m in resp.context.messages)
+    op.version = (resp.info.incarnation, resp.info.version)
+    if versions is not None and resp.info.version:
+        versions.append(resp.info.version)
     rec.end(op, True, out)
     return out
+
+
+def read_version(rec: Recorder, process: int, cid: str, stub, version: int) -> None:
+    """A read of an earlier version (``get_at``); not kept any more, not
+    found or a version the current incarnation has not reached: no answer."""
+    op = rec.begin(process, cid, "get_at", version)
+    req = pb.GetContextRequest(context_id=cid, view=pb.CONTEXT_VIEW_FULL, at_version=version)
+    try:
+        resp = stub.GetContext(req, timeout=CALL_TIMEOUT)
+    except grpc.RpcError as exc:
+        gone = (
+            grpc.StatusCode.NOT_FOUND,
+            grpc.StatusCode.OUT_OF_RANGE,
+            grpc.StatusCode.FAILED_PRECONDITION,
+        )
+        rec.end(op, True if exc.code() in gone else None)
+        return
+    assert resp.info.version == version, (resp.info, version)
+    op.version = (resp.info.incarnation, version)
+    rec.end(op, True, tuple(m.user.text for m in resp.context.messages))
 
 
 def context_client(
@@ -174,11 +200,18 @@ def context_client(
 def reader(
     rec: Recorder, process: int, cid: str, replica, stop: threading.Event, most: int = 60
 ) -> None:
-    """LATEST reads of ``cid`` on one replica until ``stop`` (``most`` at most)."""
+    """LATEST reads of ``cid`` on one replica until ``stop`` (``most`` at
+    most); every third read, one of a version read before (on this replica,
+    so often one another replica wrote)."""
     calls = 0
+    rng = random.Random(process)
+    seen: list[int] = []
     while not stop.is_set() and calls < most:
         calls += 1
-        read_context(rec, process, cid, replica.contexts)
+        if calls % 3 == 0 and seen:
+            read_version(rec, process, cid, replica.contexts, rng.choice(seen))
+            continue
+        read_context(rec, process, cid, replica.contexts, seen)
 
 
 def run_all(targets: list[tuple]) -> None:

@@ -43,7 +43,8 @@ _VALUES = pb.ContextView.values, pb.MessageFormat.values, pb.ReadConsistency.val
 #: GetContextRequest field -> what the read model draws for it. context_id:
 #: the conversation's (True) or, on a turn's read, left empty (False);
 #: page_token: followed on every read until the last page; since_version:
-#: read incrementally (the version held); since_incarnation: sent with it.
+#: read incrementally (the version held); since_incarnation: sent with it;
+#: at_version: "past" reads earlier versions too (see Reader.past).
 READ_OPTIONS: dict[str, tuple] = {
     "context_id": (True, False),
     "view": (SLICE, SLICE, pb.CONTEXT_VIEW_UNSPECIFIED, FULL, INFO),
@@ -56,7 +57,7 @@ READ_OPTIONS: dict[str, tuple] = {
     "since_incarnation": (True, True, False),
     "last_n": (0, 0, 1, 3),
     "without_summary_blocks": (False, True),
-    "at_version": (0,),
+    "at_version": (0, 0, "past"),
 }
 OPENAI_MESSAGES = TypeAdapter(list[ChatCompletionMessageParam])
 ANTHROPIC_MESSAGES = TypeAdapter(list[MessageParam])
@@ -76,11 +77,14 @@ def read_specs(draw) -> dict:
         spec["last_n"] = 0
     if spec["since_incarnation"] and not spec["since_version"] and draw(st.integers(0, 9)):
         spec["since_incarnation"] = False
+    if spec["at_version"] and spec["since_version"] and draw(st.integers(0, 9)):
+        spec["since_version"] = spec["since_incarnation"] = False
     return spec
 
 
-def refused(spec: dict) -> str | None:
-    """The field the sidecar names when it refuses these options."""
+def refused(spec: dict, turn: bool = False) -> str | None:
+    """The field the sidecar names when it refuses these options (``turn``:
+    on AppendTurnRequest.read, which reads the version the turn made)."""
     # in the order the sidecar checks them
     if spec["since_incarnation"] and not spec["since_version"]:
         return "since_incarnation"
@@ -88,6 +92,8 @@ def refused(spec: dict) -> str | None:
         return "format"
     if spec["last_n"] and spec["since_version"]:
         return "last_n"
+    if spec["at_version"] and (spec["since_version"] or turn):
+        return "at_version"
     return None
 
 
@@ -116,6 +122,8 @@ class Reader:
     info: pb.ContextInfo | None = None
     version: int | None = None
     incarnation: str = ""
+    #: at_version "past": (incarnation, version) -> the fresh read then (items, system).
+    past: dict = field(default_factory=dict)
 
     def request(self, cid: str, *, since=True, page_size=None, turn=False) -> pb.GetContextRequest:
         s = self.spec
@@ -135,6 +143,8 @@ class Reader:
                 req.since_incarnation = self.incarnation
         elif s["since_incarnation"] and not s["since_version"]:
             req.since_incarnation = "gen0"  # refused: it goes with since_version
+        if refused(s, turn) == "at_version":
+            req.at_version = 1
         return req
 
     def apply(self, a: Answer) -> None:

@@ -40,8 +40,11 @@ def ui(seeded):
     proc.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
+    # Module-scoped: Playwright's sync API keeps an event loop running on this
+    # thread until it stops, and a later test of this worker that runs one of
+    # its own (asyncio.run, pytest-asyncio) would find it.
     if not os.path.exists(CHROMIUM):
         pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
     sync_api = pytest.importorskip("playwright.sync_api")

@@ -14,6 +14,10 @@ from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 from ctxd_sidecar.api.ctxd.v1 import context_pb2_grpc
 from tests.ui import support
 
+#: One worker runs them in a row: the browser starts once and stops before
+#: that worker's other tests (see the ``browser`` fixture).
+pytestmark = pytest.mark.xdist_group("ui-browser")
+
 SHOTS = Path(__file__).resolve().parents[2] / "docs" / "operations" / "img"
 
 

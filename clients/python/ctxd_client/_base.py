@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from ctxd_client import _agent_ops as agent_ops
+from ctxd_client import _history_ops as history_ops
 from ctxd_client import _ops as ops
 from ctxd_client._api.ctxd.v1 import context_pb2 as pb
 from ctxd_client._api.ctxd.v1 import context_pb2_grpc, memory_pb2_grpc
@@ -35,7 +36,32 @@ def _verb(build: Callable[..., ops.Op]) -> Callable[[Signature], Signature]:
     return declare
 
 
-class _Verbs:
+class _HistoryVerbs:
+    """A context's versions and forks (see docs/history.md)."""
+
+    @_verb(history_ops.versions)
+    def versions(
+        self, context_id: str, *, page_size: int = 0, timeout: float | None = None
+    ) -> list[pb.VersionInfo]:
+        """The versions still readable with ``at_version``, newest first:
+        what each change was, when, and the size after it."""
+
+    @_verb(history_ops.fork)
+    def fork(
+        self,
+        source_id: str,
+        context_id: str,
+        *,
+        at_version: int = 0,
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+    ) -> pb.ContextInfo:
+        """A new conversation ``context_id`` holding ``source_id`` as of
+        ``at_version`` (0: the latest), independent afterwards. Retried
+        safely (one idempotency key for every attempt)."""
+
+
+class _Verbs(_HistoryVerbs):
     """Every RPC as a typed method; subclasses provide ``_run``."""
 
     _timeout: float | None
@@ -120,6 +146,7 @@ class _Verbs:
         cache_breakpoint: bool = False,
         without_summary_blocks: bool = False,
         last_n: int = 0,
+        at_version: int = 0,
         timeout: float | None = None,
     ) -> ops.SliceMessages | ops.SliceDelta:
         """The slice to send to a model, every page; with ``since_version``
@@ -127,15 +154,14 @@ class _Verbs:
 
         Pass the ``.version`` a slice or turn returned: it carries the
         conversation's incarnation, so one deleted and created again since
-        is answered "replace". A plain int compares the version alone, unless
-        ``since_incarnation`` (``ContextInfo.incarnation``,
-        ``AppendTurnResponse.incarnation``) goes with it.
+        is answered "replace". A plain int compares the version alone, unless ``since_incarnation``
+        (``ContextInfo.incarnation``, ``AppendTurnResponse.incarnation``) goes with it.
 
         With a provider ``format`` the messages are that provider's dicts (pages
         joined as the API says) and ``.system`` Anthropic's system blocks;
-        ``"openai_responses"`` gives Responses input items, those added in
-        that format exactly as added. ``last_n``: only the last N messages
-        (the summary and plan blocks still lead)."""
+        ``"openai_responses"`` gives Responses input items, those added in that format
+        exactly as added. ``last_n``: only the last N messages (the summary and plan
+        blocks still lead); ``at_version``: the slice as it was at that version."""
 
     @_verb(ops.get)
     def get(
@@ -145,10 +171,10 @@ class _Verbs:
         consistency: int | str | None = None,
         page_size: int = 0,
         last_n: int = 0,
+        at_version: int = 0,
         timeout: float | None = None,
     ) -> pb.GetContextResponse:
-        """The whole record (``.context``, all messages; the last ``last_n``
-        when given) and ``.info``."""
+        """The whole record (``.context``) and ``.info``; ``last_n``, ``at_version``: as slice."""
 
     @_verb(ops.info)
     def info(

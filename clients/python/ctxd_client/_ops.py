@@ -269,12 +269,20 @@ def _last_n(req: pb.GetContextRequest, last_n: int) -> None:
         req.last_n = last_n  # type: ignore[attr-defined]
 
 
+def _at(req: pb.GetContextRequest, at_version: int) -> None:
+    if at_version:
+        if not _has(pb.GetContextRequest, "at_version"):
+            raise CtxdError("this sidecar's API cannot read earlier versions (at_version)")
+        req.at_version = at_version  # type: ignore[attr-defined]
+
+
 def get(
     context_id: str,
     *,
     consistency: int | str | None = None,
     page_size: int = 0,
     last_n: int = 0,
+    at_version: int = 0,
 ) -> Generator[Call, Any, pb.GetContextResponse]:
     req = pb.GetContextRequest(
         context_id=context_id,
@@ -283,6 +291,7 @@ def get(
         page_size=page_size,
     )
     _last_n(req, last_n)
+    _at(req, at_version)
     pages = yield from _paged_context(req)
     whole = pages[0]
     for page in pages[1:]:
@@ -367,11 +376,13 @@ def slice_(
     cache_breakpoint: bool = False,
     without_summary_blocks: bool = False,
     last_n: int = 0,
+    at_version: int = 0,
 ) -> Op:
     req = _slice_request(
         context_id, format, consistency, page_size, cache_breakpoint, without_summary_blocks
     )
     _last_n(req, last_n)
+    _at(req, at_version)
     if since_version is not None:
         _since(req, since_version, since_incarnation)
     return (yield from _slice_pages(req, format))

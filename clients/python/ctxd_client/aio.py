@@ -24,11 +24,18 @@ from ctxd_client._watch import AsyncWatch
 from ctxd_client.errors import CtxdError, Unavailable, from_rpc_error
 
 
+#: Calls one AsyncClient has on the wire at once; the rest wait their turn. Thousands
+#: started together (``asyncio.gather``) otherwise overrun the server's streams and end
+#: in CANCELLED.
+MAX_IN_FLIGHT = 256
+
+
 class AsyncClient(_Verbs):
     """Like Client, but every verb is a coroutine and ``watch`` an async iterator.
 
     Create it inside the event loop that uses it; ``await client.close()``
-    (or ``async with``).
+    (or ``async with``). At most ``max_in_flight`` calls are on the wire at
+    once; more wait in order (a call's ``timeout`` counts from when it is sent).
     """
 
     def __init__(
@@ -44,7 +51,10 @@ class AsyncClient(_Verbs):
         token_file: str | os.PathLike | None = None,
         timeout: float | None = DEFAULT_TIMEOUT,
         retry: Retry = DEFAULT_RETRY,
+        max_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight is {max_in_flight}; it must be at least 1")
         target, creds, options = channel_args(
             address,
             tls=tls,
@@ -64,6 +74,7 @@ class AsyncClient(_Verbs):
         self._timeout = timeout
         self._retry = retry
         self._stub = self._stubs(self._channel)
+        self._in_flight = asyncio.Semaphore(max_in_flight)
 
     @property
     def _metadata(self) -> tuple:
@@ -83,7 +94,8 @@ class AsyncClient(_Verbs):
         attempts = self._retry.attempts if call.retry else 1
         for attempt in range(attempts):
             try:
-                return await method(call.request, timeout=timeout, metadata=self._metadata)
+                async with self._in_flight:
+                    return await method(call.request, timeout=timeout, metadata=self._metadata)
             except grpc.RpcError as err:
                 exc = from_rpc_error(err)
                 if isinstance(exc, Unavailable):  # the diagnosis may probe the port

@@ -1,6 +1,7 @@
 // The client: the same verbs as the Python client (appendTurn, turn: append and read in one call,
 // slice with sinceVersion, memory verbs, watch), paging followed, AppendTurn retried on UNAVAILABLE
 // under one idempotency key.
+import { Limiter } from "./limit.js";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { Code, createClient, type CallOptions, type Client } from "@connectrpc/connect";
 import * as pb from "./gen/ctxd/v1/context_pb.js";
@@ -50,6 +51,7 @@ export class CtxdClient {
   private readonly timeoutMs: number;
   private readonly retryPolicy: RetryOptions;
   private readonly tls: boolean;
+  private readonly inFlight: Limiter;
 
   constructor(options: ClientOptions = {}) {
     this.address = options.address ?? process.env.CTXD_ADDRESS ?? "127.0.0.1:50051";
@@ -59,6 +61,7 @@ export class CtxdClient {
     this.memory = createClient(mpb.MemoryService, transport);
     this.timeoutMs = options.timeoutMs ?? 10_000;
     this.retryPolicy = options.retry ?? DEFAULT_RETRY;
+    this.inFlight = new Limiter(options.maxInFlight ?? 256);
   }
 
   private opts(call: Call = {}): CallOptions {
@@ -71,7 +74,7 @@ export class CtxdClient {
     const attempts = retry ? this.retryPolicy.attempts : 1;
     for (let attempt = 0; ; attempt += 1) {
       try {
-        return await fn(this.opts(call));
+        return await this.inFlight.run(() => fn(this.opts(call)));
       } catch (err) {
         const e = await explain(toCtxdError(err), this.address, this.tls, call?.signal);
         if (e.code !== Code.Unavailable || attempt >= attempts - 1) throw e;

@@ -28,6 +28,8 @@ export interface ClientOptions {
   /** Deadline per call in milliseconds (default 10000). */
   timeoutMs?: number;
   retry?: RetryOptions;
+  /** Calls on the wire at once (default 256); more wait their turn, in order. */
+  maxInFlight?: number;
 }
 
 export interface Call {

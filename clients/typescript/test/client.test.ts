@@ -287,3 +287,15 @@ test("CtxdSession: the Agents JS SDK session interface over ctxd", async () => {
   await session.clearSession();
   assert.deepEqual(await session.getItems(), []);
 });
+
+test("6,000 calls at once through one client all complete (at most maxInFlight on the wire)", async () => {
+  const p = `${run}-many/`;
+  const calls = Array.from({ length: 6000 }, (_, i) =>
+    i % 2 ? client.memorySet(`${p}k${i}`, JSON.stringify({ i })) : client.memoryGet(`${p}k${i - 1}`).catch((e) => (e instanceof CtxdError && e.code === Code.NotFound ? null : Promise.reject(e))),
+  );
+  const failed = (await Promise.allSettled(calls)).filter((r) => r.status === "rejected");
+  assert.equal(failed.length, 0, `${failed.length} failed, e.g. ${failed.map((r) => String((r as PromiseRejectedResult).reason))[0]}`);
+  assert.equal((await client.memoryList(p)).length, 3000);
+  await Promise.all(Array.from({ length: 3000 }, (_, i) => client.memoryDelete(`${p}k${2 * i + 1}`)));
+  assert.throws(() => new CtxdClient({ maxInFlight: 0 }), /maxInFlight is 0/);
+});

@@ -39,7 +39,7 @@ class Client:
                 metadata=self.target.metadata(),
             )
         except grpc.RpcError as exc:
-            raise rpc_error(exc) from None
+            raise rpc_error(exc, self.target) from None
 
     # -- health -----------------------------------------------------------------------
     def health(self, service: str = "") -> str:
@@ -131,7 +131,7 @@ class Client:
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.CANCELLED:
                 return
-            raise rpc_error(exc) from None
+            raise rpc_error(exc, self.target) from None
         finally:
             stream.cancel()
 

@@ -12,12 +12,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import grpc
 
 DEFAULT_ADDRESS = "127.0.0.1:50051"
+#: What gRPC says when the server at the address is not a gRPC server, or
+#: when the TLS of the two sides differ (the clients read the same words).
+_NOT_GRPC = ("failed parsing http/2", "http1.x", "trying to connect an http1")
+_TLS_FAILURES = ("handshake failed", "ssl_error", "wrong_version_number", "tsi_")
 
 
 class AdminError(Exception):
@@ -121,8 +127,10 @@ def target(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Ta
     key_file = pick(args.tls_key_file, "CTXD_TLS_CLIENT_KEY_FILE")
     if bool(cert_file) != bool(key_file):
         raise AdminError("--tls-cert-file and --tls-key-file must be given together", 2)
+    address = address or DEFAULT_ADDRESS
+    _check_port(address)
     return Target(
-        address=address or DEFAULT_ADDRESS,
+        address=address,
         token=token,
         ca=_read(ca_file, "CA file") if ca_file else None,
         cert=_read(cert_file, "client certificate") if cert_file else None,
@@ -132,9 +140,51 @@ def target(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Ta
     )
 
 
-def rpc_error(exc: grpc.RpcError) -> AdminError:
-    """``UNAUTHENTICATED: missing or invalid bearer token`` - status and the server's words."""
+def _check_port(address: str) -> None:
+    """A host:port address's port is a number in 1-65535 (gRPC would dial another)."""
+    if address.startswith(("unix:", "unix-abstract:")):
+        return
+    _, sep, port = address.rpartition(":")
+    if sep and not (port.isdigit() and 1 <= int(port) <= 65535):
+        raise AdminError(f"--address {address}: the port must be a number in 1-65535", 2)
+
+
+def _speaks_tls(address: str) -> bool:
+    """Whether ``host:port`` completes a TLS handshake (certificate unchecked)."""
+    host, _, port = address.removeprefix("dns:///").rpartition(":")
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=2) as raw:
+            with ctx.wrap_socket(raw, server_hostname=host.strip("[]") or None):
+                return True
+    except (OSError, ValueError):
+        return False
+
+
+def _cause(name: str, details: str, target: Target | None) -> str:
+    """Why a call could not connect, in the clients' words ("" when gRPC's say it)."""
+    text = details.lower()
+    if target is None or name != "UNAVAILABLE":
+        return ""
+    if any(s in text for s in _NOT_GRPC):
+        return "the server there does not speak gRPC (a metrics or HTTP port?)"
+    if any(s in text for s in _TLS_FAILURES):
+        if "wrong_version_number" in text:
+            return "the server there does not speak TLS; connect without --tls-ca-file"
+        return "the TLS handshake failed (certificate, CA or server name)"
+    if not target.secure and "socket closed" in text and _speaks_tls(target.address):
+        return "the server there speaks TLS; connect with --tls-ca-file"
+    return ""
+
+
+def rpc_error(exc: grpc.RpcError, target: Target | None = None) -> AdminError:
+    """``UNAUTHENTICATED: missing or invalid bearer token`` - status and the server's words;
+    a connection that failed names the address and, as the clients do, the cause."""
     code = exc.code() if hasattr(exc, "code") else None
     name = code.name if code is not None else "UNKNOWN"
     details = exc.details() if hasattr(exc, "details") else ""
+    cause = _cause(name, details or "", target)
+    if cause:
+        return AdminError(f"cannot connect to {target.address}: {cause}")
     return AdminError(f"{name}: {details or 'no message'}")

@@ -142,6 +142,11 @@ class ContextsConfig(Table):
     checkpoint_every: Positive = 64
     #: Bytes of new messages that trigger a checkpoint before checkpoint_every.
     checkpoint_bytes: Positive = 1024 * 1024
+    #: Seconds earlier versions of a context stay readable (GetContext
+    #: at_version, ListVersions; 0: only the latest). Unlike
+    #: compaction.archive_ttl (folded messages for ExpandCompaction), it keeps
+    #: whole versions: a head copy per checkpoint and the records after it.
+    history_ttl: NonNegative = 7 * 24 * 3600.0
     #: Idempotency keys remembered per context (older ones are forgotten).
     idempotency_keys: Positive = 256
     #: Seconds between sweeps for idle conversations (0 disables the sweep).
@@ -188,7 +193,8 @@ class CompactionConfig(Table):
     min_fidelity: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = 0.0
     #: Seconds the messages a compaction folded stay in the store, for
     #: ExpandCompaction (0: deleted with their segments at the next checkpoint).
-    #: They go with the context in any case.
+    #: They go with the context in any case. Earlier versions of a context
+    #: are kept by contexts.history_ttl.
     archive_ttl: NonNegative = 30 * 24 * 3600.0
     #: Seconds before the first retry after a failed automatic compaction;
     #: doubles per consecutive failure up to backoff_max.

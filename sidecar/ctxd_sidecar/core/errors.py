@@ -41,6 +41,10 @@ class FailedPrecondition(CtxdError):
     """The operation does not apply in the current state."""
 
 
+class OutOfRange(CtxdError):
+    """A position past the end of what exists (a version after the latest)."""
+
+
 class LimitExceeded(CtxdError):
     """A configured cap would be exceeded. ``limit`` names it, ``value`` is its size."""
 

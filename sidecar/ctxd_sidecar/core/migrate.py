@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ctxd_sidecar.core.contexts import lineage
 from ctxd_sidecar.core.contexts.persistence import HEADS, ContextStore, head_key
 from ctxd_sidecar.core.errors import Conflict, CtxdError
 from ctxd_sidecar.core.keyindex import KeyIndex
@@ -196,6 +197,7 @@ class Migration:
                 continue
             self.report.contexts += 1
             keys = await self.src_contexts.keys_of(cid, state.gen, state.version, state.segments)
+            keys += await lineage.lineage_keys(self.src, state)
             if self.overwrite and not self.dry_run:
                 await self._add(dst_index, cid)
                 await replace_context(self, cid, head_item, state, keys)

@@ -141,6 +141,8 @@ def info_to_pb(i: ContextInfo) -> pb.ContextInfo:
         model_window=i.model_window,
         archived=i.archived,
         incarnation=i.incarnation,
+        forked_from=i.forked_from,
+        forked_at_version=i.forked_at_version,
     )
 
 

@@ -51,6 +51,7 @@ from ctxd_sidecar.server.context_convert import (
     turn_messages,
 )
 from ctxd_sidecar.server.context_edits import ContextEdits, TranscriptEdits
+from ctxd_sidecar.server.context_history import ContextHistory, check_at
 
 _VIEWS = {
     pb.CONTEXT_VIEW_UNSPECIFIED: views.FULL,
@@ -125,8 +126,7 @@ def _read_of(request: pb.GetContextRequest, field: str = "") -> _Read:
         raise InvalidArgument(
             f"{field}last_n", "goes without since_version (an incremental read is already a tail)"
         )
-    if request.at_version:
-        raise InvalidArgument(f"{field}at_version", "earlier versions are not readable yet; send 0")
+    check_at(request, field)
     return _Read(request, view, latest, since, incarnation, fmt)
 
 
@@ -176,7 +176,7 @@ def _serialized(reply: pb.GetContextResponse | bytes) -> bytes:
     return reply if isinstance(reply, bytes) else reply.SerializeToString()
 
 
-class ContextServicer(ContextEdits, context_pb2_grpc.ContextServiceServicer):
+class ContextServicer(ContextEdits, ContextHistory, context_pb2_grpc.ContextServiceServicer):
     """``ctxd.v1.ContextService`` over the contexts room's use cases, each handed
     in by the composition root (TruncateContext, CreateContext: :class:`ContextEdits`)."""
 
@@ -258,7 +258,7 @@ class ContextServicer(ContextEdits, context_pb2_grpc.ContextServiceServicer):
     ) -> pb.GetContextResponse:
         read = _read_of(request)
         st = await self.contexts.get(request.context_id, latest=read.latest)
-        return self._answer(read, st)
+        return self._answer(read, await self.state_at(st, request.at_version))
 
     def _answer(self, read: _Read, st) -> pb.GetContextResponse | bytes:
         """The reply to ``read`` from ``st``, converted without awaiting so the

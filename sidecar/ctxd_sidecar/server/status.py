@@ -17,6 +17,7 @@ _CODES: list[tuple[type[errors.CtxdError], int]] = [
     (errors.AlreadyExists, code_pb2.ALREADY_EXISTS),
     (errors.Conflict, code_pb2.ABORTED),
     (errors.FailedPrecondition, code_pb2.FAILED_PRECONDITION),
+    (errors.OutOfRange, code_pb2.OUT_OF_RANGE),
     (errors.LimitExceeded, code_pb2.RESOURCE_EXHAUSTED),
     (errors.Unavailable, code_pb2.UNAVAILABLE),
 ]

@@ -14,11 +14,22 @@ client (ctxd has no server-side filter or semantic index: ``query`` is
 ignored); namespaces are derived from the keys. One batch is one round of
 calls: reads first, then the puts, the last put of a key winning (as
 LangGraph's own stores do).
+
+A label or key whose encoding is longer than :data:`LONG` characters is
+written as one segment ``!<digest>`` (SHA-256 of the text; percent-encoding
+never starts a segment with ``!``), and the item's record keeps the
+namespace and key as given (``"n"``, ``"k"``), from which they are read
+back: any key LangGraph takes fits ctxd's 256-character keys, and a
+namespace prefix still lists everything under it (the digest depends on the
+label alone). A filter key with dots is a path into nested objects
+(``{"user.access-level": ...}``), as LangGraph's SQLite and Postgres stores
+read it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import math
 import time
@@ -48,14 +59,27 @@ from ctxd_client.errors import Aborted, NotFound
 #: The segment that ends a namespace (percent-encoding writes "!" as %21).
 SEP = "!"
 
+#: Encoded labels and keys longer than this are written as a digest segment.
+LONG = 64
+
+#: ctxd's longest memory key.
+MAX_KEY = 256
+
 #: One call: (client verb, positional args, keyword args).
 Call = tuple[str, tuple, dict]
 
 
-def _enc(label: str) -> str:
+def _enc(label: str, *, long: int = LONG) -> str:
     if label == "":
         return "%"  # no encoding of a non-empty text is a bare "%"
-    return quote(label, safe="").replace(".", "%2E")
+    text = quote(label, safe="").replace(".", "%2E")
+    if len(text) <= long:
+        return text
+    return SEP + hashlib.sha256(label.encode()).hexdigest()[:48]
+
+
+def _digested(segment: str) -> bool:
+    return segment.startswith(SEP) and segment != SEP
 
 
 def _dec(segment: str) -> str:
@@ -73,6 +97,15 @@ def _matches(condition: MatchCondition, ns: tuple[str, ...]) -> bool:
     if condition.match_type == "suffix":
         ns, path = ns[::-1], path[::-1]
     return all(p == "*" or k == p for k, p in zip(ns, path, strict=False))
+
+
+def _at(value: Any, path: str) -> Any:
+    """``value``'s field at a filter key: a dotted key is a path into nested objects."""
+    for name in path.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(name)
+    return value
 
 
 def _compare(value: Any, wanted: Any) -> bool:
@@ -133,15 +166,27 @@ class CtxdStore(BaseStore):
     def _key(self, namespace: tuple[str, ...], key: str) -> str:
         return f"{self._ns_path(namespace)}{SEP}/{_enc(key)}"
 
-    def _split(self, full: str) -> tuple[tuple[str, ...], str]:
+    def _legacy(self, namespace: tuple[str, ...], key: str) -> str | None:
+        """The key an item had before long labels and keys were digested, when
+        it differs and fitted ctxd's keys (such an item is read, and moved on
+        its next put)."""
+        labels = [_enc(x, long=MAX_KEY) for x in (*namespace, SEP, key)]
+        labels[len(namespace)] = SEP
+        old = "/".join([self.prefix, *labels])
+        return old if len(old) <= MAX_KEY and old != self._key(namespace, key) else None
+
+    def _split(self, full: str, doc: dict | None = None) -> tuple[tuple[str, ...], str]:
+        """The namespace and key of a memory key (of a digested one, from its record ``doc``)."""
         parts = full[len(self.prefix) + 1 :].split("/")
         cut = parts.index(SEP)
+        if doc is not None and "k" in doc:
+            return tuple(doc["n"]), doc["k"]
         return tuple(_dec(p) for p in parts[:cut]), _dec("/".join(parts[cut + 1 :]))
 
     # -- one batch, whichever client runs it -----------------------------------------------------
     def _item(self, record: Any, cls: type[Item] = Item) -> Item:
-        ns, key = self._split(record.key)
         doc = json.loads(record.value_json)
+        ns, key = self._split(record.key, doc)
         return cls(
             value=doc["v"],
             key=key,
@@ -163,9 +208,8 @@ class CtxdStore(BaseStore):
         puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
         for i, op in enumerate(ops):
             if isinstance(op, GetOp):
-                try:
-                    record = yield ("memory_get", (self._key(op.namespace, op.key),), {})
-                except NotFound:
+                record = yield from self._get(op.namespace, op.key)
+                if record is None:
                     continue
                 results[i] = self._item(record)
                 if op.refresh_ttl:
@@ -182,6 +226,17 @@ class CtxdStore(BaseStore):
             yield from self._put(ns, key, op)
         return results
 
+    def _get(self, ns: tuple[str, ...], key: str) -> Generator[Call, Any, Any]:
+        """The item's record (under its key as written before digests, too), or None."""
+        for full in (self._key(ns, key), self._legacy(ns, key)):
+            if full is None:
+                continue
+            try:
+                return (yield ("memory_get", (full,), {}))
+            except NotFound:
+                pass
+        return None
+
     def _try_refresh(self, record: Any) -> Generator[Call, Any, None]:
         call = self._refresh(record)
         if call is None:
@@ -192,23 +247,25 @@ class CtxdStore(BaseStore):
             pass  # changed or gone meanwhile: that write decides its TTL
 
     def _put(self, ns: tuple[str, ...], key: str, op: PutOp) -> Generator[Call, Any, None]:
-        full = self._key(ns, key)
+        full, legacy = self._key(ns, key), self._legacy(ns, key)
         if op.value is None:
-            yield ("memory_delete", (full,), {})
+            for k in (full, legacy) if legacy else (full,):
+                yield ("memory_delete", (k,), {})
             return
         ttl = op.ttl
         if ttl is NOT_PROVIDED:
             ttl = (self.ttl_config or {}).get("default_ttl")
         now = int(time.time() * 1000)
-        try:
-            old = yield ("memory_get", (full,), {})
-            created = json.loads(old.value_json).get("c", old.updated_ms)
-        except NotFound:
-            created = now
+        old = yield from self._get(ns, key)
+        created = now if old is None else json.loads(old.value_json).get("c", old.updated_ms)
         doc = {"v": op.value, "c": created, "u": max(now, created), "t": ttl}
+        if any(_digested(p) for p in full[len(self.prefix) + 1 :].split("/")):
+            doc.update(n=list(ns), k=key)
         value_json = json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
         kw = {"value_json": value_json, "ttl_seconds": _seconds(ttl) if ttl else 0}
         yield ("memory_set", (full,), kw)
+        if old is not None and old.key != full:
+            yield ("memory_delete", (old.key,), {})  # moved from its key before digests
 
     def _search(self, op: SearchOp) -> Generator[Call, Any, list[SearchItem]]:
         prefix = self._ns_path(tuple(op.namespace_prefix))
@@ -217,7 +274,7 @@ class CtxdStore(BaseStore):
         hits = []
         for record in records:
             item = self._item(record, SearchItem)
-            if op.filter and not all(_compare(item.value.get(k), v) for k, v in op.filter.items()):
+            if op.filter and not all(_compare(_at(item.value, k), v) for k, v in op.filter.items()):
                 continue
             found.append(item)
             hits.append(record)
@@ -229,7 +286,11 @@ class CtxdStore(BaseStore):
 
     def _namespaces(self, op: ListNamespacesOp) -> Generator[Call, Any, list[tuple[str, ...]]]:
         records = yield ("memory_list", (self.prefix + "/",), {})
-        spaces = {self._split(r.key)[0] for r in records}
+        if any(_digested(p) for r in records for p in r.key.split("/")):
+            records = yield ("memory_list", (self.prefix + "/",), {"include_values": True})
+            spaces = {self._split(r.key, json.loads(r.value_json))[0] for r in records}
+        else:
+            spaces = {self._split(r.key)[0] for r in records}
         if op.match_conditions:
             spaces = {s for s in spaces if all(_matches(c, s) for c in op.match_conditions)}
         if op.max_depth is not None:

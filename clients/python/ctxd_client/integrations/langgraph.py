@@ -10,7 +10,18 @@
   graph's checkpointed ``messages`` stay bounded.
 """
 
-from ctxd_client.integrations._langgraph_middleware import CtxdContextMiddleware
+from typing import Any
+
 from ctxd_client.integrations._langgraph_store import CtxdStore
 
 __all__ = ["CtxdContextMiddleware", "CtxdStore"]
+
+
+def __getattr__(name: str) -> Any:
+    # The middleware needs LangChain (``create_agent``); the store needs LangGraph alone,
+    # so the middleware is imported when first asked for.
+    if name == "CtxdContextMiddleware":
+        from ctxd_client.integrations._langgraph_middleware import CtxdContextMiddleware
+
+        return CtxdContextMiddleware
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

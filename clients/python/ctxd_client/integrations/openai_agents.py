@@ -5,7 +5,7 @@
     from ctxd_client import AsyncClient
     from ctxd_client.integrations.openai_agents import CtxdSession
 
-    session = CtxdSession("user-42", client=AsyncClient("127.0.0.1:7070"))
+    session = CtxdSession("user-42", client=AsyncClient("127.0.0.1:50051"))
     result = await Runner.run(agent, "Hello", session=session)
 
 The SDK's items are Responses API input items; ctxd stores them in its

@@ -1,11 +1,14 @@
 // A session for the OpenAI Agents JS SDK (@openai/agents) kept by ctxd: the SDK's `Session`
 // interface (getSessionId, getItems, addItems, popItem, clearSession) and `runCompaction`, typed
-// structurally so this package does not depend on the SDK. Items are Responses API input items,
-// stored in ctxd's Responses format: each comes back exactly as added. See
+// structurally so this package does not depend on the SDK. Items are the SDK's own (camelCase
+// `callId`, `providerData`, `function_call_result`) or Responses API input items, stored in ctxd's
+// Responses format (agentsItems.ts converts tool calls and results both ways, so ctxd reads them
+// as tool calls): each comes back deep-equal to what was added. See
 // docs/integrations/openai-agents.md (the Python CtxdSession follows the same design).
 import { randomUUID } from "node:crypto";
 import { Code, CtxdError } from "../errors.js";
 import type { CtxdClient } from "../client.js";
+import { fromResponsesItem, toResponsesItem } from "./agentsItems.js";
 
 const FORMAT = "openai_responses" as const;
 
@@ -42,7 +45,7 @@ export class CtxdSession<Item = any> {
     if (limit !== undefined && limit <= 0) return [];
     try {
       const slice = await this.client.providerSlice(this.sessionId, FORMAT, { lastN: limit });
-      const items = slice.messages as Item[];
+      const items = slice.messages.map(fromResponsesItem) as Item[];
       return limit === undefined ? items : items.slice(-limit);
     } catch (err) {
       if (err instanceof CtxdError && err.code === Code.NotFound) return [];
@@ -53,7 +56,7 @@ export class CtxdSession<Item = any> {
   /** One atomic, replay-safe turn. */
   async addItems(items: Item[]): Promise<void> {
     if (items.length === 0) return;
-    const reply = await this.client.appendProviderTurn(this.sessionId, FORMAT, items, {
+    const reply = await this.client.appendProviderTurn(this.sessionId, FORMAT, items.map(toResponsesItem), {
       idempotencyKey: randomUUID(),
       model: this.options.model,
     });
@@ -64,7 +67,8 @@ export class CtxdSession<Item = any> {
   async popItem(): Promise<Item | undefined> {
     try {
       const out = await this.client.truncate(this.sessionId, { count: 1, format: FORMAT });
-      return out.removedJson[out.removedJson.length - 1] as Item | undefined;
+      const last = out.removedJson[out.removedJson.length - 1];
+      return last === undefined ? undefined : (fromResponsesItem(last) as Item);
     } catch (err) {
       if (err instanceof CtxdError && err.code === Code.NotFound) return undefined;
       throw err;

@@ -18,12 +18,16 @@ Modules, from the use cases down to the record:
   :mod:`.planning` (plan and preflight), :mod:`.skillset`;
 * :mod:`.service`: the record keeper (load, catch up, read, watch);
   :mod:`.transaction`: the one commit protocol every change goes through;
+* :mod:`.history` (earlier versions: GetContext ``at_version``, ListVersions)
+  and :mod:`.forks` (ForkContext, copy-on-write; :mod:`.lineage`: the keys
+  tying forks to their ancestors);
 * beside them: :mod:`.checkpoints` (background segment + head writes),
   :mod:`.archive` (compaction records, ExpandCompaction), :mod:`.events`
   (the feed listeners and watchers follow), :mod:`.janitor` (background
   clean-up), :mod:`.registry` (the in-memory LRU);
 * the stored form: :mod:`.persistence` (the layout below), :mod:`.head`
-  (a head's fields), :mod:`.segments` (a sealed segment's columns);
+  (a head's fields), :mod:`.retention` (what a head keeps and lets go),
+  :mod:`.segments` (a sealed segment's columns);
 * the parts: :mod:`.ops` (log records and how they apply), :mod:`.calls`
   (tool calls and their results), :mod:`.tokens` (estimates, model windows,
   calibration), :mod:`.validate` (input checks), and :mod:`.model` (the
@@ -39,6 +43,7 @@ Keys are relative to the instance namespace; ``<id>`` is the context id,
     context-log/<id>/<gen>/<version>    log record of one versioned change
     context-seg/<id>/<gen>/<first>.<v>  sealed segment of messages
     context-trash/<id>~<gen>            a deletion in progress
+    context-hist/<id>/<gen>/<version>   a copy of the head (contexts.history_ttl)
 
 **One write per turn.** Every versioned change (a turn; later compaction,
 plan, skills, preflight) is one create-only write (``if_absent``) of its log

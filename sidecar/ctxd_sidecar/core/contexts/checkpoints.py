@@ -106,6 +106,7 @@ class Checkpointer:
                 lambda v=v: self.store.seal_log(cid, gen, v)
                 for v in range(cleanup.first, cleanup.last + 1)
             ]
+            writes += [lambda v=v: self.store.delete_hist(cid, gen, v) for v in cleanup.hist]
             return writes + [
                 lambda s=s: self.store.delete_segment(cid, gen, s) for s in cleanup.segments
             ]

@@ -31,9 +31,9 @@ import logging
 from typing import Any
 
 from ctxd_sidecar.core import faults
-from ctxd_sidecar.core.contexts import validate
+from ctxd_sidecar.core.contexts import lineage, validate
 from ctxd_sidecar.core.contexts.janitor import Job
-from ctxd_sidecar.core.contexts.model import ROOT_ID, SegmentRef
+from ctxd_sidecar.core.contexts.model import ROOT_ID
 from ctxd_sidecar.core.contexts.persistence import (
     TRASH,
     decode,
@@ -137,7 +137,7 @@ class Deletion:
             "gen": st.gen,
             "base": st.version,
             "segments": [
-                s.to_list() for s in st.segments + st.dropped + [a for a, _ in st.archive]
+                s.to_list() for s in st.segments + st.dropped + [a for a, _ in st.archive + st.held]
             ],
         }
         name = trash_name(st.id, st.gen)
@@ -180,7 +180,7 @@ class Deletion:
             return segments
         doc, etag = head
         named = {tuple(s) for s in segments}
-        archived = [a[:4] for a in doc.get("archive", ())]
+        archived = [a[:4] for a in list(doc.get("archive", ())) + list(doc.get("held", ()))]
         for s in list(doc.get("segments", ())) + list(doc.get("dropped", ())) + archived:
             if tuple(s) not in named:
                 segments.append(list(s))
@@ -212,9 +212,7 @@ class Deletion:
         fence_key = log_key(cid, gen, int(fence)) if fence else None
 
         async def prepare():
-            keys = await svc.store.keys_of(
-                cid, gen, int(plan["last"]), [SegmentRef.from_list(s) for s in plan["segments"]]
-            )
+            keys = await lineage.purge_keys(svc.store, cid, gen, plan)
             return [lambda k=k: svc.storage.delete(k) for k in keys if k != fence_key]
 
         async def finish():

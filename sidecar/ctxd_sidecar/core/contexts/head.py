@@ -20,6 +20,9 @@ def head_of(
     sealed_through: int,
     dropped: list[SegmentRef],
     archive: list[tuple[SegmentRef, int]],
+    *,
+    hist: list[list[int]] | None = None,
+    held: list[tuple[SegmentRef, int]] | None = None,
 ) -> dict[str, Any]:
     return {
         "format": 1,
@@ -54,6 +57,9 @@ def head_of(
         "archive": [[*s.to_list(), ts] for s, ts in archive],
         "compactions": st.compactions,
         "cut": st.cut,
+        "hist": st.hist if hist is None else hist,
+        "held": [[*s.to_list(), ts] for s, ts in (st.held if held is None else held)],
+        "lineage": st.lineage,
     }
 
 
@@ -92,6 +98,9 @@ def state_from_head(d: dict[str, Any], *, idem_cap: int) -> ContextState:
         archive=[(SegmentRef.from_list(a[:4]), int(a[4])) for a in d.get("archive", ())],
         compactions=list(d.get("compactions", ())),
         cut=[[int(a), int(b)] for a, b in d.get("cut", ())],
+        hist=[[int(v), int(ts)] for v, ts in d.get("hist", ())],
+        held=[(SegmentRef.from_list(a[:4]), int(a[4])) for a in d.get("held", ())],
+        lineage=[[str(i), str(g), int(v)] for i, g, v in d.get("lineage", ())],
     )
     st.refresh_blocks()
     return st

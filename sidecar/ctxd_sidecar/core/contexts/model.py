@@ -244,6 +244,8 @@ class ContextInfo:
     #: The incarnation (``ContextState.gen``): versions of a conversation
     #: deleted and created again start over, so a version alone is ambiguous.
     incarnation: str = ""
+    forked_from: str = ""
+    forked_at_version: int = 0
 
 
 class SealedMessages(Protocol):
@@ -267,8 +269,7 @@ class ContextState:
 
     id: str
     kind: str
-    #: Incarnation: log and segment keys carry it, so a context deleted and
-    #: created again never sees the old one's leftovers.
+    #: Incarnation, in log and segment keys: a re-created id never sees the old one's leftovers.
     gen: str
     version: int = 0
     created: int = 0
@@ -296,27 +297,21 @@ class ContextState:
     # counters, valid with or without the messages loaded
     msg_count: int = 0
     msg_tokens: int = 0
-    #: Estimate of the summary and plan blocks (sent as system messages).
-    block_tokens: int = 0
+    block_tokens: int = 0  # estimate of the summary and plan blocks (system messages)
     #: Approximate memory held (for the cache's byte cap).
     memory_bytes: int = 0
     #: Tool calls of the live transcript, and which have their result.
     calls: CallBook = field(default_factory=CallBook)
-    #: Calls folded by compaction without a result (abandoned): a late result
-    #: is still accepted, with the call restated before it.
+    #: Calls folded without a result (abandoned): a late result is accepted, the call restated.
     abandoned: dict[str, ToolCall] = field(default_factory=dict)
     # durable-layout bookkeeping
     head_version: int = 0
     head_etag: str | None = None
     segments: list[SegmentRef] = field(default_factory=list)
-    #: Highest message seq already in a sealed segment.
-    sealed_through: int = 0
-    #: Bytes of messages appended since the last sealed segment.
-    unsealed_bytes: int = 0
-    #: First message seq not folded away by compaction.
-    live_from: int = 1
-    #: Log records up to this version are sealed (or gone); later ones up to
-    #: ``head_version`` still wait for the janitor.
+    sealed_through: int = 0  # highest message seq already in a sealed segment
+    unsealed_bytes: int = 0  # bytes of messages appended since the last sealed segment
+    live_from: int = 1  # first message seq not folded away by compaction
+    #: Log records up to here are sealed (or gone); later ones up to head_version wait or are kept.
     swept_through: int = 0
     #: Segments no head names any more, waiting for the janitor to delete them.
     dropped: list[SegmentRef] = field(default_factory=list)
@@ -329,8 +324,7 @@ class ContextState:
     loaded: bool = True
     #: The incarnation ended: a ``deleted`` record fenced it (see :mod:`.deletion`).
     deleted: bool = False
-    #: A new incarnation replaces a deleted one whose head is still stored:
-    #: its creation overwrites that head (conditional on this version).
+    #: A new incarnation's creation overwrites the deleted one's head still stored (this etag).
     replaces_head: str | None = None
     #: Version of the last change that reshaped the views beyond appending
     #: (a compaction, a plan change): incremental reads from before it rebuild.
@@ -345,6 +339,12 @@ class ContextState:
     #: Message seqs removed by truncation, as ``[first, last]`` ranges: sealed
     #: segments may still hold them, so reads of segments leave them out.
     cut: list[list[int]] = field(default_factory=list)
+    #: (:mod:`.history`) head copies kept, segments held for them, copies expired.
+    hist: list[list[int]] = field(default_factory=list)
+    held: list[tuple[SegmentRef, int]] = field(default_factory=list)
+    hist_gone: list[int] = field(default_factory=list)
+    #: A fork's ancestors, nearest first: ``[id, gen, version forked at]`` (see :mod:`.forks`).
+    lineage: list[list] = field(default_factory=list)
 
     # -- derived ---------------------------------------------------------------------
     @property
@@ -386,6 +386,7 @@ class ContextState:
             self.model_window,
             self.archived,
             self.gen,
+            *(self.lineage[0][::2] if self.lineage else ()),
         )
 
     def refresh_blocks(self) -> None:

@@ -7,6 +7,8 @@ Keys, relative to the instance namespace (``<id>`` is the context id,
     context-log/<id>/<gen>/<version>   one record per versioned change
     context-seg/<id>/<gen>/<first>.<v> sealed messages first..last (written at v)
     context-trash/<id>~<gen>           a deletion in progress (resumed on start)
+    context-hist/<id>/<gen>/<version>  a copy of the head written at that version
+                                       (kept contexts.history_ttl; see .history)
 
 :class:`ContextStore` reads and writes them; it holds no state of its own
 beyond the storage handle and never decides *when* to write.
@@ -25,6 +27,7 @@ from typing import Any, TypeVar
 from ctxd_sidecar.core.contexts.head import head_of, state_from_head
 from ctxd_sidecar.core.contexts.model import ContextState, Msg, SegmentRef
 from ctxd_sidecar.core.contexts.ops import SEALED, DamagedRecord, apply_record, needs_messages
+from ctxd_sidecar.core.contexts.retention import retain
 from ctxd_sidecar.core.contexts.segments import (
     BuiltRun,
     SealedRun,
@@ -45,6 +48,7 @@ HEADS = "contexts"
 LOGS = "context-log"
 SEGMENTS = "context-seg"
 TRASH = "context-trash"
+HISTORY = "context-hist"
 
 #: Log records read ahead at once while replaying a tail on remote stores.
 TAIL_BATCH = 8
@@ -92,6 +96,25 @@ def seg_key(cid: str, gen: str, seg: SegmentRef) -> str:
     return f"{SEGMENTS}/{cid}/{gen}/{seg.first:012d}.{seg.version:012d}"
 
 
+def hist_prefix(cid: str, gen: str) -> str:
+    return f"{HISTORY}/{cid}/{gen}/"
+
+
+def hist_key(cid: str, gen: str, version: int) -> str:
+    return f"{HISTORY}/{cid}/{gen}/{version:012d}"
+
+
+def seg_owner(st: ContextState, seg: SegmentRef) -> tuple[str, str]:
+    """Whose keys hold ``seg``: a fork reads the segments it inherited
+    (written at or before the version it was forked at) from its ancestors'."""
+    owner = (st.id, st.gen)
+    for aid, agen, upto in st.lineage:
+        if seg.version > upto:
+            break
+        owner = (aid, agen)
+    return owner
+
+
 def trash_name(cid: str, gen: str) -> str:
     return f"{cid}~{gen}"
 
@@ -105,12 +128,15 @@ class ContextStore:
         *,
         idem_cap: int,
         archive_ttl_ms: int = 0,
+        history_ttl_ms: int = 0,
     ) -> None:
         self.storage = storage
         #: How sealed segments are written (both formats are always read).
         self.idem_cap = idem_cap
         #: How long folded messages stay stored (0: deleted with their segment).
         self.archive_ttl_ms = archive_ttl_ms
+        #: How long earlier versions stay readable (0: only the latest).
+        self.history_ttl_ms = history_ttl_ms
         self.remote = not storage.inline_reads
 
     # -- helpers -------------------------------------------------------------------
@@ -142,7 +168,11 @@ class ContextStore:
     async def create_head(self, st: ContextState) -> None:
         """Write the head of a new context (version 0); Conflict if one exists
         (other than the deleted incarnation ``st.replaces_head`` names)."""
+        if self.history_ttl_ms > 0:
+            st.hist = [[0, int(time.time() * 1000)]]
         body = encode_compact(head_of(st, [], 0, [], []))
+        if self.history_ttl_ms > 0:
+            await self.storage.put(hist_key(st.id, st.gen, 0), body)
         if st.replaces_head is not None:
             # The head of a deleted incarnation is still stored: take its place.
             etag = await self.storage.put(head_key(st.id), body, if_version=st.replaces_head)
@@ -256,7 +286,7 @@ class ContextStore:
 
     async def read_run(self, st: ContextState, seg: SegmentRef) -> SealedRun | BuiltRun:
         """A sealed segment, checked against the head, its messages not yet built."""
-        raw = await self.storage.get_value(seg_key(st.id, st.gen, seg))
+        raw = await self.storage.get_value(seg_key(*seg_owner(st, seg), seg))
         if raw is None:
             # The head only names segments written before it, and segments
             # are never deleted while a head names them: a newer head exists.
@@ -288,25 +318,10 @@ class ContextStore:
         pending: list[Msg] = []
         if st.next_seq - 1 > st.sealed_through:
             pending = st.unsealed()
-        keep = [s for s in st.segments if s.last >= st.live_from]
-        folded_segments = [s for s in st.segments if s.last < st.live_from]
         now = int(time.time() * 1000)
-        archive, dropped = list(st.archive), list(st.dropped)
-        if self.archive_ttl_ms > 0:
-            archive += [(s, now) for s in folded_segments]
-            expired = [a for a in archive if now - a[1] >= self.archive_ttl_ms]
-            archive = [a for a in archive if a not in expired]
-            dropped += [s for s, _ in expired]
-        else:
-            dropped += folded_segments + [s for s, _ in archive]
-            archive = []
-        unarchived = list(st.unarchived)
-        archived_now = None
-        if unarchived and self.archive_ttl_ms > 0:
-            archived_now = SegmentRef(
-                unarchived[0].seq, unarchived[-1].seq, len(unarchived), version
-            )
-            archive.append((archived_now, now))
+        kept = retain(st, version, now, self.archive_ttl_ms, self.history_ttl_ms)
+        keep, archive, dropped, archived_now = kept.keep, kept.archive, kept.dropped, kept.archived
+        unarchived = kept.unarchived
         sealed_through = st.sealed_through
         segment = None
         if pending:
@@ -320,7 +335,9 @@ class ContextStore:
             firsts = [x.first for x in keep] + [x.first for x, _ in archive]
             lowest = min(firsts, default=st.next_seq)
             st.cut = [r for r in st.cut if r[1] >= lowest]
-        head = encode_compact(head_of(st, keep, sealed_through, dropped, archive))
+        head = encode_compact(
+            head_of(st, keep, sealed_through, dropped, archive, hist=kept.hist, held=kept.held)
+        )
         pending_bytes = sum(m.size_bytes for m in pending)
         st.dirty = False
         try:
@@ -330,29 +347,26 @@ class ContextStore:
             if archived_now is not None:
                 body = encode_segment(st.id, st.gen, unarchived)
                 await self.storage.put(seg_key(st.id, st.gen, archived_now), body)
-            etag = await self.storage.put(head_key(st.id), head, if_version=st.head_etag)
+            if kept.hist:
+                await self.storage.put(hist_key(st.id, st.gen, version), head)
+            # (no head yet: a fork's first, in place of a deleted incarnation's or new)
+            prev = st.head_etag or st.replaces_head
+            etag = await self.storage.put(
+                head_key(st.id), head, if_version=prev, if_absent=not prev
+            )
         except BaseException:
             st.dirty = True
             raise
-        st.head_etag = etag
+        st.head_etag, st.replaces_head = etag, None
         st.head_version = version
         st.segments = keep
         st.dropped = dropped
         st.archive = archive
+        st.hist, st.held, st.hist_gone = kept.hist, kept.held, st.hist_gone + kept.gone
         del st.unarchived[: len(unarchived)]
         st.sealed_through = sealed_through
         st.unsealed_bytes -= pending_bytes
-        return self.cleanup_for(st)
-
-    def cleanup_for(self, st: ContextState) -> Cleanup | None:
-        """What the stored head allows to clean up (after a checkpoint or a restore)."""
-        first = max(st.swept_through, st.sweep_queued) + 1
-        segments = [s for s in st.dropped if s not in st.drop_queued]
-        if first > st.head_version and not segments:
-            return None
-        st.sweep_queued = max(st.sweep_queued, st.head_version)
-        st.drop_queued.update(segments)
-        return Cleanup(st, first, st.head_version, segments)
+        return cleanup_for(st)
 
     async def seal_log(self, cid: str, gen: str, version: int) -> None:
         """Overwrite a log record the head covers with the small sealed marker."""
@@ -367,11 +381,18 @@ class ContextStore:
     ) -> list[str]:
         """Every log record and segment key of one incarnation."""
         if self.storage.can_list:
-            return await self.storage.list(log_prefix(cid, gen)) + await self.storage.list(
-                seg_prefix(cid, gen)
+            return (
+                await self.storage.list(log_prefix(cid, gen))
+                + await self.storage.list(seg_prefix(cid, gen))
+                + await self.storage.list(hist_prefix(cid, gen))
             )
         keys = [log_key(cid, gen, v) for v in range(1, last_version + 1)]
+        if self.history_ttl_ms > 0:
+            keys += [hist_key(cid, gen, v) for v in range(0, last_version + 1)]
         return keys + [seg_key(cid, gen, s) for s in segments]
+
+    async def delete_hist(self, cid: str, gen: str, version: int) -> None:
+        await self.storage.delete(hist_key(cid, gen, version))
 
 
 def without_cut(st: ContextState, ref: SegmentRef, run: SealedRun | BuiltRun):
@@ -382,6 +403,22 @@ def without_cut(st: ContextState, ref: SegmentRef, run: SealedRun | BuiltRun):
     return BuiltRun([m for m in run.build() if not st.is_cut(m.seq)])
 
 
+def cleanup_for(st: ContextState) -> Cleanup | None:
+    """What the stored head allows to clean up (after a checkpoint or a
+    restore): log records older than the oldest kept version are sealed."""
+    first = max(st.swept_through, st.sweep_queued) + 1
+    last = st.head_version
+    if st.hist:
+        last = min(last, st.hist[0][0] - 1)
+    segments = [s for s in st.dropped if s not in st.drop_queued]
+    hist, st.hist_gone = st.hist_gone, []
+    if first > last and not segments and not hist:
+        return None
+    st.sweep_queued = max(st.sweep_queued, last)
+    st.drop_queued.update(segments)
+    return Cleanup(st, first, last, segments, hist)
+
+
 class Cleanup:
     """Work a head allows once written: seal log records ``first..last`` and
     delete ``segments`` (no head names them any more).
@@ -390,14 +427,23 @@ class Cleanup:
     context's messages in memory. If the context left memory meanwhile, the
     progress is not recorded; the next restore finds the work again."""
 
-    __slots__ = ("_state", "cid", "gen", "first", "last", "segments")
+    __slots__ = ("_state", "cid", "gen", "first", "last", "segments", "hist")
 
-    def __init__(self, state: ContextState, first: int, last: int, segments: list[SegmentRef]):
+    def __init__(
+        self,
+        state: ContextState,
+        first: int,
+        last: int,
+        segments: list[SegmentRef],
+        hist: list[int] | None = None,
+    ):
         self._state = weakref.ref(state)
         self.cid, self.gen = state.id, state.gen
         self.first = first
         self.last = last
         self.segments = segments
+        #: Versions whose head copy expired (see ContextStore._history).
+        self.hist = hist or []
 
     def forget(self) -> None:
         """Not queued after all: the next checkpoint offers this work again."""
@@ -405,6 +451,7 @@ class Cleanup:
         if st is not None:
             st.sweep_queued = min(st.sweep_queued, self.first - 1)
             st.drop_queued.difference_update(self.segments)
+            st.hist_gone = sorted(set(st.hist_gone) | set(self.hist))
 
     def done(self) -> None:
         """Record the progress on the state; the next head carries it."""
@@ -427,6 +474,7 @@ def not_found(cid: str) -> NotFound:
 
 __all__ = [
     "Cleanup",
+    "cleanup_for",
     "Conflict",
     "ContextStore",
     "Damaged",
@@ -434,6 +482,7 @@ __all__ = [
     "NeedsFullRestore",
     "decode",
     "head_key",
+    "hist_key",
     "log_key",
     "seg_key",
     "trash_name",

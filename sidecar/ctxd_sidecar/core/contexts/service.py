@@ -36,6 +36,7 @@ from ctxd_sidecar.core.contexts.persistence import (
     TRASH,
     ContextStore,
     HeadMoved,
+    cleanup_for,
     log_key,
     not_found,
 )
@@ -73,10 +74,9 @@ class ContextService:
         #: Wall-clock milliseconds; replaceable (tests move time forward).
         self.clock = clock
         self.store = ContextStore(
-            storage,
-            idem_cap=config.idempotency_keys,
-            archive_ttl_ms=int(archive_ttl * 1000),
+            storage, idem_cap=config.idempotency_keys, archive_ttl_ms=int(archive_ttl * 1000)
         )
+        self.store.history_ttl_ms = int(config.history_ttl * 1000)
         self.index = KeyIndex(storage, HEADS)
         self.trash = KeyIndex(storage, TRASH)
         self.janitor = Janitor(batch=8 if self.store.remote else 1)
@@ -170,7 +170,7 @@ class ContextService:
         if st is None and e.id == ROOT_ID:
             st = self.new_state(ROOT_ID)
         elif st is not None:
-            self.checkpoints.sweep(self.store.cleanup_for(st))
+            self.checkpoints.sweep(cleanup_for(st))
         if st is not None and st.deleted:
             st.forget_messages()
         e.state, e.stale = st, False
