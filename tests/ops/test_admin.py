@@ -303,6 +303,16 @@ def test_contexts_list_show_compact_delete(served):
         "contexts", "compact", "conv-1", "--keep-last", "2", "--json", "--address", served.address
     )
     assert compacted.returncode == 0 and json.loads(compacted.stdout)["compacted"] is True
+    record = json.loads(compacted.stdout)["compaction"]
+    listed = ctxd("contexts", "compactions", "conv-1", "--address", served.address)
+    assert listed.returncode == 0, listed.stderr
+    header, *rows = listed.stdout.splitlines()
+    assert header.split()[:5] == ["ID", "MESSAGES", "FOLDED", "TOKENS", "FIDELITY"]
+    f = record["fidelity"]
+    (row,) = [r for r in rows if r.split()[0] == record["id"]]  # oldest first
+    assert f"{f['carried']}/{f['artifacts']} ({f['score']:.1%})" in row
+    as_json = ctxd("contexts", "compactions", "conv-1", "--json", "--address", served.address)
+    assert json.loads(as_json.stdout.splitlines()[-1])["fidelity"] == f
 
     gone = ctxd("contexts", "delete", "conv-2", "--address", served.address)
     assert gone.returncode == 0 and gone.stdout.strip() == "deleted conv-2"

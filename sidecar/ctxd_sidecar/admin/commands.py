@@ -64,6 +64,9 @@ def register(sub) -> None:
     cp.add_argument("--keep-last", type=int, default=0, help="messages kept verbatim")
     cp.add_argument("--summariser", default="", help="summariser plugin (default configured)")
     _common(cp)
+    co = cs.add_parser("compactions", help="compaction records: tokens, fidelity, dropped")
+    co.add_argument("id")
+    _common(co)
     de = cs.add_parser("delete", help="delete a conversation and everything stored for it")
     de.add_argument("id")
     _common(de)
@@ -283,6 +286,41 @@ def _contexts_compact(client: Client, args) -> int:
     return 0
 
 
+def _fidelity(f) -> str:
+    return f"{f.carried}/{f.artifacts} ({f.score:.1%})"
+
+
+def _contexts_compactions(client: Client, args) -> int:
+    records = list(client.get_context(args.id).context.compactions)
+    if args.json:
+        for r in records:
+            render.emit_json(render.as_dict(r))
+        return 0
+    rows = []
+    for r in records:
+        f = r.fidelity if r.HasField("fidelity") else None
+        rows.append(
+            [
+                r.id,
+                f"{r.first_message_id}..{r.last_message_id}",
+                r.folded,
+                f"{r.tokens_before} -> {r.tokens_after}",
+                _fidelity(f) if f else "-",
+                f"{f.carried_since_start:.1%}" if f else "-",
+                r.summariser,
+                render.when(r.ts_ms),
+            ]
+        )
+    headers = ["ID", "MESSAGES", "FOLDED", "TOKENS", "FIDELITY", "SINCE START", "BY", "WHEN"]
+    render.table(headers, rows)
+    for r in records:
+        if r.fidelity.dropped:
+            shown = ", ".join(f"{d.kind} {render.short(d.text, 50)}" for d in r.fidelity.dropped)
+            more = r.fidelity.artifacts - r.fidelity.carried - len(r.fidelity.dropped)
+            print(f"{r.id} dropped: {shown}" + (f" (+{more} more)" if more > 0 else ""))
+    return 0
+
+
 def _contexts_delete(client: Client, args) -> int:
     deleted = client.delete(args.id)
     if args.json:
@@ -382,6 +420,7 @@ HANDLERS = {
     "contexts_export": _contexts_export,
     "contexts_import": _contexts_import,
     "contexts_compact": _contexts_compact,
+    "contexts_compactions": _contexts_compactions,
     "contexts_delete": _contexts_delete,
     "memory_get": _memory_get,
     "memory_set": _memory_set,

@@ -312,6 +312,10 @@ def _restore_summary(client: Client, cid: str, summary: pb.Summary, plan) -> Non
         "facts": list(summary.facts),
         "narrative": summary.narrative,
     }
+    if not any(answer.values()):
+        # ctxd never writes an empty summary; one from before that rule (only
+        # its ledger, which the folded placeholders cannot carry) says so.
+        answer["narrative"] = "Earlier messages were folded; their summary kept no text."
     client.apply_compaction(cid, plan.plan_ref, json.dumps(answer, ensure_ascii=False))
 
 

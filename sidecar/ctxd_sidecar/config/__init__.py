@@ -187,6 +187,10 @@ class CompactionConfig(Table):
     ledger_max_items: Positive = 256
     #: Most bytes of the rendered ledger.
     ledger_max_bytes: Positive = 8192
+    #: Least share (0..1) of a folded span's verbatim artifacts a compaction
+    #: must still carry (its fidelity score); below it the compaction is
+    #: declined (reason LOW_FIDELITY) and the context left as it was. 0: off.
+    min_fidelity: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = 0.0
     #: Seconds the messages a compaction folded stay in the store, for
     #: ExpandCompaction (0: deleted with their segments at the next checkpoint).
     #: They go with the context in any case. Earlier versions of a context

@@ -16,6 +16,14 @@ class CompactionObserver(Protocol):
         """A compaction ended: ``trigger`` manual, auto or runtime; ``result``
         ok, failed or declined."""
 
+    def compaction_fidelity(self, trigger: str, score: float, dropped: dict[str, int]) -> None:
+        """A compaction committed: the share of its folded span's verbatim
+        artifacts still carried, and the count dropped by kind."""
+
+    def summary_refused(self, trigger: str, reason: str) -> None:
+        """A compaction was declined because its summary was malformed,
+        empty or a placeholder (``reason``)."""
+
 
 class MemoryObserver(Protocol):
     def memory_counts(self, keys: int, value_bytes: int) -> None:
@@ -43,6 +51,12 @@ class NullObserver:
     """Observes nothing."""
 
     def compaction(self, trigger: str, result: str) -> None:
+        pass
+
+    def compaction_fidelity(self, trigger: str, score: float, dropped: dict[str, int]) -> None:
+        pass
+
+    def summary_refused(self, trigger: str, reason: str) -> None:
         pass
 
     def memory_counts(self, keys: int, value_bytes: int) -> None:

@@ -11,6 +11,7 @@ from google.protobuf import json_format
 
 from ctxd_sidecar.api.ctxd.v1 import context_pb2
 from ctxd_sidecar.core import providers
+from ctxd_sidecar.core.compaction.fidelity import Fidelity
 from ctxd_sidecar.core.contexts.archive import CompactionInfo
 from ctxd_sidecar.core.contexts.compaction import ApplyResult, CacheEffect
 from ctxd_sidecar.core.contexts.events import WatchEvent
@@ -192,6 +193,21 @@ def record_pb(r: CompactionInfo) -> pb.CompactionRecord:
         summariser=r.summariser,
         ts_ms=r.ts,
         expandable=r.expandable,
+        fidelity=fidelity_pb(r.fidelity),
+    )
+
+
+def fidelity_pb(f: Fidelity | None) -> pb.Fidelity | None:
+    if f is None:
+        return None
+    return pb.Fidelity(
+        artifacts=f.total,
+        carried=f.carried,
+        score=f.score,
+        kinds=[pb.FidelityKind(kind=k.kind, artifacts=k.total, carried=k.carried) for k in f.kinds],
+        dropped=[pb.DroppedArtifact(kind=k, text=t) for k, t in f.dropped],
+        artifacts_since_start=f.seen_since_start,
+        carried_since_start=f.since_start_score,
     )
 
 

@@ -63,6 +63,22 @@ CONTEXT_TOKENS = Histogram(
 COMPACTIONS = Counter(
     "ctxd_compactions_total", "Compactions, by trigger and result.", ["trigger", "result"]
 )
+COMPACTION_FIDELITY = Histogram(
+    "ctxd_compaction_fidelity",
+    "Share of a folded span's verbatim artifacts still carried after the compaction.",
+    ["trigger"],
+    buckets=(0.5, 0.8, 0.9, 0.95, 0.98, 0.99, 0.999, 1.0),
+)
+COMPACTION_DROPPED = Counter(
+    "ctxd_compaction_artifacts_dropped_total",
+    "Verbatim artifacts of folded spans no longer carried after their compaction, by kind.",
+    ["kind"],
+)
+SUMMARIES_REFUSED = Counter(
+    "ctxd_compaction_summaries_refused_total",
+    "Compactions declined because the summary was malformed, empty or a placeholder.",
+    ["trigger", "reason"],
+)
 MEMORY_KEYS = Gauge("ctxd_memory_keys", "Live agent-memory keys in this instance.")
 MEMORY_BYTES = Gauge("ctxd_memory_bytes", "Bytes of agent-memory values in this instance.")
 
@@ -95,6 +111,14 @@ class PrometheusObserver:
 
     def compaction(self, trigger: str, result: str) -> None:
         COMPACTIONS.labels(trigger, result).inc()
+
+    def compaction_fidelity(self, trigger: str, score: float, dropped: dict[str, int]) -> None:
+        COMPACTION_FIDELITY.labels(trigger).observe(score)
+        for kind, n in dropped.items():
+            COMPACTION_DROPPED.labels(kind).inc(n)
+
+    def summary_refused(self, trigger: str, reason: str) -> None:
+        SUMMARIES_REFUSED.labels(trigger, reason).inc()
 
     def memory_counts(self, keys: int, value_bytes: int) -> None:
         MEMORY_KEYS.set(keys)

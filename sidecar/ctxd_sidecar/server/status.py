@@ -67,6 +67,10 @@ def to_status(exc: errors.CtxdError) -> grpc.Status:
         )
     elif isinstance(exc, errors.Unavailable):
         details.append(_pack(error_details_pb2.RetryInfo()))
+    reason = getattr(exc, "reason", None)
+    if isinstance(reason, str) and reason and not isinstance(exc, errors.LimitExceeded):
+        # Typed reasons (a summariser's failure, a refused summary): "EMPTY_SUMMARY".
+        details.append(_pack(error_details_pb2.ErrorInfo(reason=reason.upper(), domain=DOMAIN)))
     status = status_pb2.Status(code=code, message=exc.message, details=details)
     return rpc_status.to_status(status)
 

@@ -11,6 +11,8 @@ Pure domain code (no gRPC, no storage). The contexts record calls it:
   into the stored :class:`Summary`;
 * :func:`extract_ledger`, :class:`Ledger` — the verbatim artifacts of folded
   messages, merged into the summary (``merge(..., folded=...)``);
+* :mod:`.fidelity` — how many of a folded span's artifacts a fold still
+  carries; :mod:`.guard` — no empty, placeholder or low-fidelity summary;
 * :func:`skills_to_evict` — loaded skills the kept window no longer needs;
 * :func:`summarise` — running a summariser plugin (``Compact`` and the
   automatic trigger), in several passes when its window needs them;

@@ -15,7 +15,9 @@ Modules, from the use cases down to the record:
   :mod:`.listing`, :mod:`.deletion`,
   :mod:`.expiry`, :mod:`.truncation` (TruncateContext and CreateContext),
   :mod:`.compaction` (plan, apply, compact) with :mod:`.planref` (its
-  stateless plan reference) and :mod:`.auto` (the automatic trigger),
+  stateless plan reference), :mod:`.auto` (the automatic trigger),
+  :mod:`.cachefx` (its cache effect), :mod:`.redaction` (what leaves for a
+  summariser) and :mod:`.compaction_report` (its fidelity, log line, metrics),
   :mod:`.planning` (plan and preflight), :mod:`.skillset`;
 * :mod:`.service`: the record keeper (load, catch up, read, watch);
   :mod:`.transaction`: the one commit protocol every change goes through;

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ctxd_sidecar.core.compaction.fidelity import Fidelity
 from ctxd_sidecar.core.contexts.model import ContextState, Msg, SegmentRef, message_id
 from ctxd_sidecar.core.contexts.persistence import ContextStore
 from ctxd_sidecar.core.contexts.views import message_bytes, page_size
@@ -24,11 +25,19 @@ from ctxd_sidecar.core.errors import InvalidArgument, NotFound
 
 
 def new_record(
-    *, first: int, through: int, folded: int, before: int, after: int, artifacts: int, by: str
+    *,
+    first: int,
+    through: int,
+    folded: int,
+    before: int,
+    after: int,
+    artifacts: int,
+    by: str,
+    fidelity: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The record a ``compact`` log record carries (id, version and time are
     filled in from the log record when it is applied)."""
-    return {
+    out = {
         "first": first,
         "through": through,
         "folded": folded,
@@ -37,6 +46,9 @@ def new_record(
         "artifacts": artifacts,
         "by": by,
     }
+    if fidelity is not None:
+        out["fid"] = fidelity
+    return out
 
 
 @dataclass(frozen=True)
@@ -54,6 +66,9 @@ class CompactionInfo:
     summariser: str
     ts: int
     expandable: bool
+    #: What the compaction kept of its span's verbatim artifacts (None for
+    #: records written before ctxd measured it).
+    fidelity: Fidelity | None = None
 
 
 def info(d: dict[str, Any], expandable: bool) -> CompactionInfo:
@@ -69,6 +84,7 @@ def info(d: dict[str, Any], expandable: bool) -> CompactionInfo:
         summariser=str(d.get("by", "")),
         ts=int(d.get("ts", 0)),
         expandable=expandable,
+        fidelity=Fidelity.from_dict(d.get("fid")),
     )
 
 

@@ -37,24 +37,26 @@ from ctxd_sidecar.core.compaction import (
     ANSWER_SCHEMA_JSON,
     Cut,
     LedgerCap,
-    MalformedAnswer,
     Summary,
     abandoned_calls,
     build_excerpt,
     build_system_prompt,
+    guard,
     merge,
-    parse_answer,
     plan_cut,
     skills_to_evict,
     summarise,
 )
-from ctxd_sidecar.core.compaction.view import MessageData, ToolCallData
+from ctxd_sidecar.core.compaction.errors import SummariserError
+from ctxd_sidecar.core.compaction.fidelity import Fidelity
+from ctxd_sidecar.core.contexts import compaction_report as report
 from ctxd_sidecar.core.contexts.archive import new_record
+from ctxd_sidecar.core.contexts.cachefx import CacheEffect, _block_tokens, cache_effect
 from ctxd_sidecar.core.contexts.model import TOOL, ContextState, Msg
 from ctxd_sidecar.core.contexts.planref import PlanRef, digest
+from ctxd_sidecar.core.contexts.redaction import redacted
 from ctxd_sidecar.core.contexts.service import ContextService
 from ctxd_sidecar.core.errors import Conflict, CtxdError, FailedPrecondition, InvalidArgument
-from ctxd_sidecar.core.estimate import MESSAGE_OVERHEAD, estimate_text
 from ctxd_sidecar.core.observe import CompactionHooks, CompactionObserver, NoHooks, NullObserver
 
 log = logging.getLogger(__name__)
@@ -91,17 +93,6 @@ class CompactionPlan:
 
 
 @dataclass(frozen=True)
-class CacheEffect:
-    """What a compaction does to a provider's prompt cache (estimated tokens)."""
-
-    tokens_saved: int
-    #: Leading slice tokens that stay byte-identical (still cached).
-    prefix_tokens_kept: int
-    #: Tokens of the new slice after that prefix (read anew).
-    tokens_rewritten: int
-
-
-@dataclass(frozen=True)
 class ApplyResult:
     version: int
     folded: int
@@ -111,6 +102,7 @@ class ApplyResult:
     evicted_skills: list[str]
     cache: CacheEffect | None = None
     record: dict[str, Any] | None = None
+    fidelity: Fidelity | None = None
 
 
 @dataclass(frozen=True)
@@ -138,36 +130,13 @@ def _answered_after(msgs: list[Msg], n: int) -> str:
     return ""
 
 
-def cache_effect(st: ContextState, summary: Summary, folded: int) -> CacheEffect:
-    """Compare the slice now with the slice after folding ``folded`` messages
-    under ``summary``: how long a prefix stays byte-identical, and the rest."""
-    plan = [st.plan.render()] if st.plan is not None else []
-    now_blocks = st.slice_blocks()
-    new_blocks = [t for t in (summary.render(), *plan) if t]
-    now = [(t, _text_tokens(t)) for t in now_blocks] + [(m.id, m.tokens) for m in st.messages]
-    new = [(t, _text_tokens(t)) for t in new_blocks] + [
-        (m.id, m.tokens) for m in st.messages[folded:]
+def _abandoned_notes(abandoned: list, turns: int) -> list[str]:
+    """The open items saying which calls a fold treated as abandoned."""
+    return [
+        f"tool call {c.id} ({c.name}) got no result for {turns} user turns; treated as "
+        "abandoned (a late result is still recorded)"
+        for c in abandoned
     ]
-    kept = 0
-    for (a, tokens), (b, _) in zip(now, new, strict=False):
-        if a != b:
-            break
-        kept += tokens
-    total_now, total_new = sum(t for _, t in now), sum(t for _, t in new)
-    return CacheEffect(max(0, total_now - total_new), kept, total_new - kept)
-
-
-def _text_tokens(text: str) -> int:
-    return estimate_text(text) + MESSAGE_OVERHEAD
-
-
-def _block_tokens(summary: Summary, st: ContextState) -> int:
-    """What ``refresh_blocks`` will count with ``summary`` in place."""
-    n = 0
-    for text in (summary.render(), st.plan.render() if st.plan else ""):
-        if text:
-            n += estimate_text(text) + MESSAGE_OVERHEAD
-    return n
 
 
 # -- the use case ---------------------------------------------------------------------------
@@ -268,20 +237,25 @@ class Compactor:
     async def apply(self, context_id: str, plan_ref: str, answer: str) -> ApplyResult:
         """Fold the planned prefix into the summary with the runtime's answer."""
         ref = PlanRef.decode(plan_ref)
-        if not answer.strip():
-            raise InvalidArgument("answer", "is empty; send the model's JSON answer or plain text")
         if len(answer) > MAX_ANSWER_CHARS:
             raise InvalidArgument("answer", f"is longer than {MAX_ANSWER_CHARS} characters")
         try:
-            summary = parse_answer(answer)
-        except MalformedAnswer as exc:
-            raise InvalidArgument("answer", exc.message) from None
+            summary = guard.read(answer)
+        except SummariserError as exc:
+            report.refused(self.observer, context_id, "runtime", exc)
+            raise guard.RefusedAnswer(
+                exc.reason, f"{exc.message}; send the model's JSON answer or plain text"
+            ) from None
         try:
             result = await self._commit(context_id, ref, summary, by="runtime", may_grow=True)
+        except SummariserError as exc:  # low fidelity
+            report.refused(self.observer, context_id, "runtime", exc)
+            raise
         except CtxdError:
             self.observer.compaction("runtime", "failed")
             raise
         self.observer.compaction("runtime", "ok")
+        report.compacted(self.observer, context_id, "runtime", "runtime", result)
         return result
 
     async def _commit(
@@ -312,22 +286,19 @@ class Compactor:
                 )
             folded_tokens = sum(m.tokens for m in msgs[:n])
             abandoned = self._abandoned(msgs, n)
-            notes = [
-                f"tool call {c.id} ({c.name}) got no result for "
-                f"{self.cfg.open_call_max_turns} user turns; treated as abandoned "
-                "(a late result is still recorded)"
-                for c in abandoned
-            ]
+            notes = _abandoned_notes(abandoned, self.cfg.open_call_max_turns)
             new = replace(addition, covers_messages=n, open=[*addition.open, *notes])
+            folded = self._redacted(st.id, msgs[:n])
             merged = merge(
                 st.summary,
                 new,
                 cap=self.cfg.list_cap,
                 narrative_max_chars=self.cfg.narrative_max_chars,
                 now_ms=self.service.now(),
-                folded=self._redacted(st.id, msgs[:n]),
+                folded=folded,
                 ledger_cap=LedgerCap(self.cfg.ledger_max_items, self.cfg.ledger_max_bytes),
             )
+            fidelity = report.measure_fold(st, folded, merged, self.cfg.min_fidelity)
             plan_text = [st.plan.render()] if st.plan is not None else []
             evict = skills_to_evict(
                 [s.name for s in st.skills], msgs[n:], also_referenced_in=plan_text
@@ -340,9 +311,8 @@ class Compactor:
                     f"summary would take the context from {before} to {after} tokens; a "
                     "compaction never makes a context larger (fold more, or answer shorter)"
                 )
-            out.update(
-                folded=n, before=before, after=after, evict=evict, cache=cache_effect(st, merged, n)
-            )
+            out.update(folded=n, before=before, after=after, evict=evict, fidelity=fidelity)
+            out["cache"] = cache_effect(st, merged, n)
             record = new_record(
                 first=ref.first,
                 through=ref.through,
@@ -351,6 +321,7 @@ class Compactor:
                 after=after,
                 artifacts=len(merged.ledger),
                 by=by,
+                fidelity=fidelity.to_dict(),
             )
             return {
                 "op": OP,
@@ -376,6 +347,7 @@ class Compactor:
             evicted_skills=list(out["evict"]),
             cache=out["cache"],
             record=record,
+            fidelity=out["fidelity"],
         )
         if record is not None:
             await self._after_compaction(context_id, record, list(st.messages))
@@ -383,30 +355,7 @@ class Compactor:
 
     def _redacted(self, context_id: str, msgs: list[Msg]) -> list:
         """The messages as they may leave ctxd for a summariser model."""
-        if isinstance(self.hooks, NoHooks):
-            return msgs
-
-        def r(text: str) -> str:
-            return self.hooks.redact(context_id, text) if text else text
-
-        return [
-            MessageData(
-                m.kind,
-                m.id,
-                text=r(m.text),
-                tool_calls=tuple(
-                    ToolCallData(c.id, c.name, r(c.arguments_json)) for c in m.tool_calls
-                ),
-                call_id=m.call_id,
-                name=m.name,
-                content=r(m.content),
-                is_error=m.is_error,
-                principal=m.principal,
-                tokens=m.tokens,
-                seq=m.seq,
-            )
-            for m in msgs
-        ]
+        return redacted(self.hooks, context_id, msgs)
 
     async def _after_compaction(self, cid: str, record: dict, kept: list[Msg]) -> None:
         """Plugins act on the committed compaction; nothing they do can undo it."""
@@ -478,7 +427,14 @@ class Compactor:
                 cap=self.cfg.list_cap,
                 narrative_max_chars=self.cfg.narrative_max_chars,
             )
+            guard.check(done.summary, f"summariser {plugin.name!r}'s answer")
             applied = await self._commit(context_id, ref, done.summary, by=plugin.name)
+        except SummariserError as exc:
+            if exc.reason not in guard.REASONS:
+                self.observer.compaction(trigger, "failed")
+            else:
+                report.refused(self.observer, context_id, trigger, exc)
+            raise
         except WouldGrow as exc:
             self.observer.compaction(trigger, "declined")
             return CompactResult(False, reason=exc.message, summariser=plugin.name)
@@ -486,15 +442,5 @@ class Compactor:
             self.observer.compaction(trigger, "failed")
             raise
         self.observer.compaction(trigger, "ok")
-        log.info(
-            "context compacted",
-            extra={
-                "context": context_id,
-                "trigger": trigger,
-                "summariser": plugin.name,
-                "folded": applied.folded,
-                "tokens_before": applied.tokens_before,
-                "tokens_after": applied.tokens_after,
-            },
-        )
+        report.compacted(self.observer, context_id, trigger, plugin.name, applied)
         return CompactResult(True, summariser=plugin.name, applied=applied)

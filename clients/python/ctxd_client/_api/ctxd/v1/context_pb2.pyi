@@ -297,7 +297,7 @@ class Context(_message.Message):
     def __init__(self, id: _Optional[str] = ..., kind: _Optional[_Union[ContextKind, str]] = ..., version: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., summary: _Optional[_Union[Summary, _Mapping]] = ..., skills: _Optional[_Iterable[_Union[SkillRef, _Mapping]]] = ..., plan: _Optional[_Union[Plan, _Mapping]] = ..., preflight_json: _Optional[str] = ..., est_tokens: _Optional[int] = ..., model_window: _Optional[int] = ..., principal: _Optional[str] = ..., task: _Optional[str] = ..., turns: _Optional[int] = ..., created_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ..., model: _Optional[str] = ..., compactions: _Optional[_Iterable[_Union[CompactionRecord, _Mapping]]] = ...) -> None: ...
 
 class CompactionRecord(_message.Message):
-    __slots__ = ("id", "version", "first_message_id", "last_message_id", "folded", "tokens_before", "tokens_after", "artifacts", "summariser", "ts_ms", "expandable")
+    __slots__ = ("id", "version", "first_message_id", "last_message_id", "folded", "tokens_before", "tokens_after", "artifacts", "summariser", "ts_ms", "expandable", "fidelity")
     ID_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     FIRST_MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -309,6 +309,7 @@ class CompactionRecord(_message.Message):
     SUMMARISER_FIELD_NUMBER: _ClassVar[int]
     TS_MS_FIELD_NUMBER: _ClassVar[int]
     EXPANDABLE_FIELD_NUMBER: _ClassVar[int]
+    FIDELITY_FIELD_NUMBER: _ClassVar[int]
     id: str
     version: int
     first_message_id: str
@@ -320,7 +321,44 @@ class CompactionRecord(_message.Message):
     summariser: str
     ts_ms: int
     expandable: bool
-    def __init__(self, id: _Optional[str] = ..., version: _Optional[int] = ..., first_message_id: _Optional[str] = ..., last_message_id: _Optional[str] = ..., folded: _Optional[int] = ..., tokens_before: _Optional[int] = ..., tokens_after: _Optional[int] = ..., artifacts: _Optional[int] = ..., summariser: _Optional[str] = ..., ts_ms: _Optional[int] = ..., expandable: _Optional[bool] = ...) -> None: ...
+    fidelity: Fidelity
+    def __init__(self, id: _Optional[str] = ..., version: _Optional[int] = ..., first_message_id: _Optional[str] = ..., last_message_id: _Optional[str] = ..., folded: _Optional[int] = ..., tokens_before: _Optional[int] = ..., tokens_after: _Optional[int] = ..., artifacts: _Optional[int] = ..., summariser: _Optional[str] = ..., ts_ms: _Optional[int] = ..., expandable: _Optional[bool] = ..., fidelity: _Optional[_Union[Fidelity, _Mapping]] = ...) -> None: ...
+
+class Fidelity(_message.Message):
+    __slots__ = ("artifacts", "carried", "score", "kinds", "dropped", "artifacts_since_start", "carried_since_start")
+    ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
+    CARRIED_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    KINDS_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACTS_SINCE_START_FIELD_NUMBER: _ClassVar[int]
+    CARRIED_SINCE_START_FIELD_NUMBER: _ClassVar[int]
+    artifacts: int
+    carried: int
+    score: float
+    kinds: _containers.RepeatedCompositeFieldContainer[FidelityKind]
+    dropped: _containers.RepeatedCompositeFieldContainer[DroppedArtifact]
+    artifacts_since_start: int
+    carried_since_start: float
+    def __init__(self, artifacts: _Optional[int] = ..., carried: _Optional[int] = ..., score: _Optional[float] = ..., kinds: _Optional[_Iterable[_Union[FidelityKind, _Mapping]]] = ..., dropped: _Optional[_Iterable[_Union[DroppedArtifact, _Mapping]]] = ..., artifacts_since_start: _Optional[int] = ..., carried_since_start: _Optional[float] = ...) -> None: ...
+
+class FidelityKind(_message.Message):
+    __slots__ = ("kind", "artifacts", "carried")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
+    CARRIED_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    artifacts: int
+    carried: int
+    def __init__(self, kind: _Optional[str] = ..., artifacts: _Optional[int] = ..., carried: _Optional[int] = ...) -> None: ...
+
+class DroppedArtifact(_message.Message):
+    __slots__ = ("kind", "text")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    text: str
+    def __init__(self, kind: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
 
 class CacheEffect(_message.Message):
     __slots__ = ("tokens_saved", "prefix_tokens_kept", "tokens_rewritten")
