@@ -33,6 +33,7 @@ SUITE_MODULES: tuple[str, ...] = (
     "bench.ctxd_index",
     "bench.ctxd_process",
     "bench.ctxd_ui",
+    "bench.ctxd_history",
     "bench.peers",
     "bench.adk_sessions",
 )
@@ -110,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
         from bench.ctxd_ui import add_checks as add_ui_checks
 
         add_ui_checks(report)
+        from bench.ctxd_history import add_checks as add_history_checks
+
+        add_history_checks(report)
     except Exception as exc:  # noqa: BLE001 - keep the measured results
         ok = False
         report.failures.append(

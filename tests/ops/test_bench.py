@@ -135,6 +135,8 @@ def test_quick_run_end_to_end(tmp_path):
         "ctxd.append_turn.tput.c16",
         "ui.floor.tail_read.lmdb.h2000",
         "ui.open_latest.lmdb.h2000",
+        "ctxd.fork.lmdb.t1000",
+        "ctxd.read_at.lmdb.t1000",
         "ctxd.adk.get_session.recent10.lmdb.h1000",
         "peer.adk_database.get_session.recent10.h1000",
         "ctxd.adk.list_sessions.lmdb.n100",
@@ -142,6 +144,7 @@ def test_quick_run_end_to_end(tmp_path):
     checks = {c["name"]: c for c in data["checks"]}
     assert checks["target.ledger.recall.expected.c1"]["value"] is not None
     assert checks["target.ui.open_latest"]["value"] is not None
+    assert checks["target.fork.flat"]["value"] is not None
     for r in data["results"]:
         assert r["p50"] > 0 and r["n"] > 0
 
