@@ -37,6 +37,12 @@ from tests.support.fake_openai import FakeOpenAI, default_answer  # noqa: E402
 LONG = "words " * 60
 
 
+def _settings(model: FakeOpenAI) -> dict:
+    # The model's answer waits for another client's whole compaction: on a
+    # loaded machine that took longer than the summariser's usual 1 s.
+    return openai_settings(model, summariser__openai__timeout=30.0)
+
+
 @pytest.fixture
 def model():
     with FakeOpenAI() as server:
@@ -64,7 +70,7 @@ def _compactions(address: str, cid: str) -> list:
 
 
 async def test_agents_session_compaction_that_lost_the_race_is_done(start_sidecar, model):
-    sc = start_sidecar("memory://", contexts__auto_compact=False, **openai_settings(model))
+    sc = start_sidecar("memory://", contexts__auto_compact=False, **_settings(model))
     s = CtxdSession("race", sc.address, keep_last=2)
     await s.add_items([{"role": "user", "content": f"item {i} {LONG}"} for i in range(12)])
     _beaten_by_another_compaction(model, sc.address, s.context_id)
@@ -98,7 +104,7 @@ async def test_agents_session_runtime_summary_that_lost_the_race_is_done(start_s
 
 
 async def test_agents_runner_turn_survives_the_race(start_sidecar, model):
-    sc = start_sidecar("memory://", contexts__auto_compact=False, **openai_settings(model))
+    sc = start_sidecar("memory://", contexts__auto_compact=False, **_settings(model))
     s = CtxdSession("race-runner", sc.address, model_window=2000, keep_last=2)
     agent = Agent(name="t", model=ScriptedModel([[assistant_message("ok " + LONG * 4)]] * 3))
     _beaten_by_another_compaction(model, sc.address, s.context_id)
@@ -123,7 +129,7 @@ class Answers(BaseChatModel):
 
 
 def test_langgraph_middleware_turn_survives_the_race(start_sidecar, model):
-    sc = start_sidecar("memory://", contexts__auto_compact=False, **openai_settings(model))
+    sc = start_sidecar("memory://", contexts__auto_compact=False, **_settings(model))
     middleware = CtxdContextMiddleware(sc.address, model_window=2000, keep_last=2)
     agent = create_agent(Answers(), middleware=[middleware], checkpointer=InMemorySaver())
     config = {"configurable": {"thread_id": "race-lg"}}
