@@ -299,3 +299,33 @@ test("6,000 calls at once through one client all complete (at most maxInFlight o
   await Promise.all(Array.from({ length: 3000 }, (_, i) => client.memoryDelete(`${p}k${2 * i + 1}`)));
   assert.throws(() => new CtxdClient({ maxInFlight: 0 }), /maxInFlight is 0/);
 });
+
+test("history: reads at a version, the versions kept (every page) and forks retried under one key", async () => {
+  const cid = `${run}-hist`;
+  for (let i = 0; i < 4; i += 1) await client.appendTurn(cid, turn(i));
+  const kept = await client.versions(cid, { pageSize: 2 });
+  assert.deepEqual(kept.map((v) => v.version), [4n, 3n, 2n, 1n]);
+  assert.equal(kept[3].kind, "turn");
+  assert.equal(kept[0].messageCount, 16n);
+  const then = await client.slice(cid, { atVersion: 2, pageSize: 3 });
+  assert.equal(then.version, 2n);
+  assert.equal(then.messages.length, 8);
+  assert.equal((await client.get(cid, { atVersion: 1n, pageSize: 2 })).messages.length, 4);
+  const openai = await client.providerSlice(cid, "openai", { atVersion: 1 });
+  assert.equal(openai.messages.length, 4);
+
+  const info = await client.fork(cid, `${cid}-f`, { atVersion: 2, idempotencyKey: "fk" });
+  assert.equal(info.forkedFrom, cid);
+  assert.equal(info.forkedAtVersion, 2n);
+  const again = await client.fork(cid, `${cid}-f`, { atVersion: 2, idempotencyKey: "fk" });
+  assert.equal(again.version, info.version);
+  await assert.rejects(client.fork(cid, `${cid}-f`, { atVersion: 2, idempotencyKey: "other" }), CtxdError);
+  await client.appendTurn(`${cid}-f`, [{ user: { text: "only in the fork" } }]);
+  assert.equal((await client.slice(`${cid}-f`)).messages.length, 9);
+  assert.equal((await client.slice(cid)).messages.length, 16);
+  const latest = await client.fork(cid, `${cid}-g`);
+  assert.equal(latest.forkedAtVersion, 4n);
+  assert.deepEqual((await client.versions(`${cid}-f`)).map((v) => v.kind), ["turn", "fork"]);
+  const late = await client.slice(cid, { atVersion: 9 }).catch((e: CtxdError) => e);
+  assert.ok(late instanceof CtxdError && late.code === Code.OutOfRange, String(late));
+});
