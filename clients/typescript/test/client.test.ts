@@ -288,6 +288,25 @@ test("CtxdSession: the Agents JS SDK session interface over ctxd", async () => {
   assert.deepEqual(await session.getItems(), []);
 });
 
+test("CtxdSession.fork: at an item between batches, inside one, all of them; apart afterwards", async () => {
+  const session = new CtxdSession(`${run}-fsrc`, client);
+  const items = [1, 2, 3, 4, 5].map((i) => ({ role: i % 2 ? "user" : "assistant", content: `item ${i}` }));
+  await session.addItems(items.slice(0, 2));
+  await session.addItems(items.slice(2));
+  const between = await session.fork(`${run}-f1`, { atItem: 2 });
+  assert.deepEqual(await between.getItems(), items.slice(0, 2));
+  assert.equal((await client.info(between.sessionId)).forkedAtVersion, 1n);
+  const inside = await session.fork(`${run}-f2`, { atItem: -1 });
+  assert.deepEqual(await inside.getItems(), items.slice(0, 4));
+  assert.equal((await client.info(inside.sessionId)).forkedFrom, session.sessionId);
+  const whole = await session.fork(`${run}-f3`);
+  assert.deepEqual(await whole.getItems(), items);
+  await between.addItems([{ role: "user", content: "only in the fork" }]);
+  assert.deepEqual(await session.getItems(), items);
+  assert.equal((await between.getItems()).length, 3);
+  await assert.rejects(session.fork(`${run}-f1`, { atItem: 1 }), (e: CtxdError) => e.code === Code.AlreadyExists);
+});
+
 test("6,000 calls at once through one client all complete (at most maxInFlight on the wire)", async () => {
   const p = `${run}-many/`;
   const calls = Array.from({ length: 6000 }, (_, i) =>
