@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as cpb
 from tests.ops.test_admin import ctxd, one_line_error, served  # noqa: F401  (fixture)
 
@@ -26,6 +28,15 @@ def _json(*args: str) -> dict:
 
 
 def test_history_show_at_a_version_fork_and_diff(served):
+    _history_show_fork_diff(served)
+
+
+@pytest.mark.parametrize("backend", ["s3", "postgres"])
+def test_history_verbs_on_the_shared_stores(start_sidecar, store_uri_for, backend):
+    _history_show_fork_diff(start_sidecar(store_uri_for(backend)))
+
+
+def _history_show_fork_diff(served) -> None:
     at = ("--address", served.address)
     _say(served, "h", "one", "two", "three")
 
