@@ -440,3 +440,34 @@ async def test_a_passed_client_is_used_and_left_open(address):
     await s.close()
     assert (await client.info("own-client")).message_count == 1
     await client.close()
+
+
+# -- forks -------------------------------------------------------------------------------------
+async def test_fork_at_an_item_then_the_runner_goes_on_in_each_apart(make_session):
+    s = make_session("fork-src")
+    model = ScriptedModel(
+        [[assistant_message("Paris")], [assistant_message("Berlin")], [assistant_message("Rome")]]
+    )
+    agent = Agent(name="test", model=model)
+    await Runner.run(agent, "Capital of France?", session=s)
+    await Runner.run(agent, "Capital of Germany?", session=s)
+    held = await s.get_items()
+    assert _contents(held)[0] == "Capital of France?" and len(held) == 4
+
+    at_turn = await s.fork("fork-a", at_item=2)  # a cut between two turns: a version of its own
+    assert await at_turn.get_items() == held[:2]
+    inside = await s.fork("fork-b", at_item=-1)  # inside the last batch: forked, then the rest
+    assert await inside.get_items() == held[:3]
+    assert (await inside.client.info(inside.context_id)).forked_from == s.context_id
+    whole = await s.fork("fork-c")
+    assert await whole.get_items() == held
+    info = await whole.client.info(whole.context_id)
+    assert info.forked_from == s.context_id
+
+    r = await Runner.run(agent, "And of Italy?", session=at_turn)
+    assert r.final_output == "Rome"
+    assert "Capital of Germany?" not in str(model.last_call.input)
+    assert len(await at_turn.get_items()) == 4
+    assert await s.get_items() == held  # the source is untouched
+    with pytest.raises(Exception, match="ALREADY_EXISTS|already exists"):
+        await s.fork("fork-a", at_item=1)

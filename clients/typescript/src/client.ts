@@ -20,6 +20,7 @@ import {
   turnOut,
 } from "./shapes.js";
 import { CtxdError, toCtxdError } from "./errors.js";
+import { HistoryVerbs } from "./history.js";
 import {
   big,
   CHANGES,
@@ -32,6 +33,7 @@ import {
   versionOf,
 } from "./requests.js";
 import type {
+  AtVersion,
   Call,
   ClientOptions,
   MessageInput,
@@ -44,7 +46,7 @@ import type {
   WithoutSummary,
 } from "./types.js";
 
-export class CtxdClient {
+export class CtxdClient extends HistoryVerbs {
   readonly address: string;
   readonly contexts: Client<typeof pb.ContextService>;
   readonly memory: Client<typeof mpb.MemoryService>;
@@ -54,6 +56,7 @@ export class CtxdClient {
   private readonly inFlight: Limiter;
 
   constructor(options: ClientOptions = {}) {
+    super();
     this.address = options.address ?? process.env.CTXD_ADDRESS ?? "127.0.0.1:50051";
     this.tls = options.tls !== undefined;
     const transport = ctxdTransport(this.address, options);
@@ -70,7 +73,7 @@ export class CtxdClient {
 
   // One unary call; retried on UNAVAILABLE when it is safe to repeat. A failure no retry can fix
   // (TLS mismatch, no gRPC server, not ctxd, no token) is thrown at once with the address and cause.
-  private async unary<T>(fn: (o: CallOptions) => Promise<T>, call: Call | undefined, retry: boolean): Promise<T> {
+  protected async unary<T>(fn: (o: CallOptions) => Promise<T>, call: Call | undefined, retry: boolean): Promise<T> {
     const attempts = retry ? this.retryPolicy.attempts : 1;
     for (let attempt = 0; ; attempt += 1) {
       try {
@@ -166,6 +169,7 @@ export class CtxdClient {
     contextId: string,
     format: ProviderFormat,
     options: Partial<Since> & { pageSize?: number; cacheBreakpoint?: boolean; lastN?: number } & WithoutSummary &
+      AtVersion &
       Call = {},
   ): Promise<ProviderSlice> {
     const value = providerFormat(format, pb.GetContextResponseSchema, "messages_json");
@@ -212,10 +216,10 @@ export class CtxdClient {
   /** What changed since ``sinceVersion`` (of ``sinceIncarnation``): append or replace what you hold. */
   async slice(contextId: string, options: Since & { pageSize?: number } & WithoutSummary & Call): Promise<SliceDelta>;
   /** The slice to send to a model (all pages). */
-  async slice(contextId: string, options?: { pageSize?: number } & WithoutSummary & Call): Promise<Slice>;
+  async slice(contextId: string, options?: { pageSize?: number } & WithoutSummary & AtVersion & Call): Promise<Slice>;
   async slice(
     contextId: string,
-    options: Partial<Since> & { pageSize?: number } & WithoutSummary & Call = {},
+    options: Partial<Since> & { pageSize?: number } & WithoutSummary & AtVersion & Call = {},
   ): Promise<Slice | SliceDelta> {
     const init = sliceRead(contextId, options);
     const pages = await this.pages(init as MessageInitShape<typeof pb.GetContextRequestSchema>, options);
@@ -224,10 +228,11 @@ export class CtxdClient {
     return sliceOut({ ...out, change: CHANGES[pages[0].change] ?? "replace" });
   }
 
-  /** The whole record, every message (the last ``lastN`` when given). */
-  async get(contextId: string, options: { pageSize?: number; lastN?: number } & Call = {}): Promise<pb.Context> {
+  /** The whole record, every message (the last ``lastN`` when given; as of ``atVersion`` when given). */
+  async get(contextId: string, options: { pageSize?: number; lastN?: number } & AtVersion & Call = {}): Promise<pb.Context> {
+    const { pageSize, lastN } = options;
     const pages = await this.pages(
-      { contextId, view: pb.ContextView.FULL, pageSize: options.pageSize, lastN: options.lastN },
+      { contextId, view: pb.ContextView.FULL, pageSize, lastN, atVersion: big(options.atVersion) },
       options,
     );
     const whole = pages[0].context ?? create(pb.ContextSchema);

@@ -4,7 +4,7 @@ import { create, fromJson, type JsonObject } from "@bufbuild/protobuf";
 import { CtxdError } from "./errors.js";
 import * as pb from "./gen/ctxd/v1/context_pb.js";
 import { providerFormat, type ProviderTurnInput, setField } from "./shapes.js";
-import type { MessageInput, RetryOptions, Since, SliceChange, TurnOptions, WithoutSummary } from "./types.js";
+import type { AtVersion, MessageInput, RetryOptions, Since, SliceChange, TurnOptions, WithoutSummary } from "./types.js";
 
 export function versionOf(page: pb.GetContextResponse): { version: bigint; incarnation: string } {
   return { version: page.info?.version ?? 0n, incarnation: page.info?.incarnation ?? "" };
@@ -33,7 +33,7 @@ export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve
 /** A slice read's GetContextRequest fields: the version held (for a delta), the page size, the summary choice. */
 export function sliceRead(
   contextId: string,
-  options: Partial<Since> & { pageSize?: number } & WithoutSummary,
+  options: Partial<Since> & { pageSize?: number } & WithoutSummary & AtVersion,
 ): Record<string, unknown> {
   const init: Record<string, unknown> = {
     contextId,
@@ -41,6 +41,7 @@ export function sliceRead(
     pageSize: options.pageSize,
     sinceVersion: big(options.sinceVersion),
     sinceIncarnation: options.sinceIncarnation,
+    atVersion: big(options.atVersion),
   };
   withoutSummary(init, options);
   return init;

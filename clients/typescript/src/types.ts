@@ -106,6 +106,11 @@ export interface WithoutSummary {
   withoutSummaryBlocks?: boolean;
 }
 
+/** A read as of an earlier version (0 or absent: the latest); see ``versions()`` for those kept. */
+export interface AtVersion {
+  atVersion?: number | bigint;
+}
+
 /** What ``appendTurn`` (and ``turn``) take besides the messages. */
 export interface TurnOptions {
   idempotencyKey?: string;

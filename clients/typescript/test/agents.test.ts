@@ -117,6 +117,15 @@ for (const useResponses of [false, true]) {
     const added = [...first.history, ...second.history.slice(first.history.length)];
     assert.deepEqual(items.length, added.length);
 
+    // A fork after the first turn goes on without the second one; the session is untouched.
+    const branch = await session.fork(`${session.sessionId}-fork`, { atItem: first.history.length });
+    assert.deepEqual(await branch.getItems(), items.slice(0, first.history.length));
+    const other = await runner.run(agent, "And now?", { session: branch });
+    assert.match(String(other.finalOutput), /user:Hello, I am Ada\..*user:And now\?/);
+    assert.doesNotMatch(String(other.finalOutput), /square of 7/);
+    assert.deepEqual(await session.getItems(), items);
+    await branch.clearSession();
+
     // ctxd reads the call and its result as a tool call: its Chat Completions read pairs them.
     const chat = await client.providerSlice(session.sessionId, "openai");
     const asCall = (chat.messages as Json[]).find((m) => m.tool_calls);

@@ -288,6 +288,25 @@ test("CtxdSession: the Agents JS SDK session interface over ctxd", async () => {
   assert.deepEqual(await session.getItems(), []);
 });
 
+test("CtxdSession.fork: at an item between batches, inside one, all of them; apart afterwards", async () => {
+  const session = new CtxdSession(`${run}-fsrc`, client);
+  const items = [1, 2, 3, 4, 5].map((i) => ({ role: i % 2 ? "user" : "assistant", content: `item ${i}` }));
+  await session.addItems(items.slice(0, 2));
+  await session.addItems(items.slice(2));
+  const between = await session.fork(`${run}-f1`, { atItem: 2 });
+  assert.deepEqual(await between.getItems(), items.slice(0, 2));
+  assert.equal((await client.info(between.sessionId)).forkedAtVersion, 1n);
+  const inside = await session.fork(`${run}-f2`, { atItem: -1 });
+  assert.deepEqual(await inside.getItems(), items.slice(0, 4));
+  assert.equal((await client.info(inside.sessionId)).forkedFrom, session.sessionId);
+  const whole = await session.fork(`${run}-f3`);
+  assert.deepEqual(await whole.getItems(), items);
+  await between.addItems([{ role: "user", content: "only in the fork" }]);
+  assert.deepEqual(await session.getItems(), items);
+  assert.equal((await between.getItems()).length, 3);
+  await assert.rejects(session.fork(`${run}-f1`, { atItem: 1 }), (e: CtxdError) => e.code === Code.AlreadyExists);
+});
+
 test("6,000 calls at once through one client all complete (at most maxInFlight on the wire)", async () => {
   const p = `${run}-many/`;
   const calls = Array.from({ length: 6000 }, (_, i) =>
@@ -298,4 +317,34 @@ test("6,000 calls at once through one client all complete (at most maxInFlight o
   assert.equal((await client.memoryList(p)).length, 3000);
   await Promise.all(Array.from({ length: 3000 }, (_, i) => client.memoryDelete(`${p}k${2 * i + 1}`)));
   assert.throws(() => new CtxdClient({ maxInFlight: 0 }), /maxInFlight is 0/);
+});
+
+test("history: reads at a version, the versions kept (every page) and forks retried under one key", async () => {
+  const cid = `${run}-hist`;
+  for (let i = 0; i < 4; i += 1) await client.appendTurn(cid, turn(i));
+  const kept = await client.versions(cid, { pageSize: 2 });
+  assert.deepEqual(kept.map((v) => v.version), [4n, 3n, 2n, 1n]);
+  assert.equal(kept[3].kind, "turn");
+  assert.equal(kept[0].messageCount, 16n);
+  const then = await client.slice(cid, { atVersion: 2, pageSize: 3 });
+  assert.equal(then.version, 2n);
+  assert.equal(then.messages.length, 8);
+  assert.equal((await client.get(cid, { atVersion: 1n, pageSize: 2 })).messages.length, 4);
+  const openai = await client.providerSlice(cid, "openai", { atVersion: 1 });
+  assert.equal(openai.messages.length, 4);
+
+  const info = await client.fork(cid, `${cid}-f`, { atVersion: 2, idempotencyKey: "fk" });
+  assert.equal(info.forkedFrom, cid);
+  assert.equal(info.forkedAtVersion, 2n);
+  const again = await client.fork(cid, `${cid}-f`, { atVersion: 2, idempotencyKey: "fk" });
+  assert.equal(again.version, info.version);
+  await assert.rejects(client.fork(cid, `${cid}-f`, { atVersion: 2, idempotencyKey: "other" }), CtxdError);
+  await client.appendTurn(`${cid}-f`, [{ user: { text: "only in the fork" } }]);
+  assert.equal((await client.slice(`${cid}-f`)).messages.length, 9);
+  assert.equal((await client.slice(cid)).messages.length, 16);
+  const latest = await client.fork(cid, `${cid}-g`);
+  assert.equal(latest.forkedAtVersion, 4n);
+  assert.deepEqual((await client.versions(`${cid}-f`)).map((v) => v.kind), ["turn", "fork"]);
+  const late = await client.slice(cid, { atVersion: 9 }).catch((e: CtxdError) => e);
+  assert.ok(late instanceof CtxdError && late.code === Code.OutOfRange, String(late));
 });

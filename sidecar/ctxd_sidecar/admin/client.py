@@ -61,7 +61,9 @@ class Client:
             if not token:
                 return
 
-    def get_context(self, context_id: str, *, page_token: str = "", view=pb.CONTEXT_VIEW_FULL):
+    def get_context(
+        self, context_id: str, *, page_token: str = "", view=pb.CONTEXT_VIEW_FULL, at_version=0
+    ):
         return self.call(
             self.contexts.GetContext,
             pb.GetContextRequest(
@@ -69,8 +71,24 @@ class Client:
                 view=view,
                 consistency=pb.READ_CONSISTENCY_LATEST,
                 page_token=page_token,
+                at_version=at_version,
             ),
         )
+
+    def list_versions(self, context_id: str) -> tuple[list[pb.VersionInfo], int]:
+        """Every kept version, newest first, and the oldest one readable."""
+        req = pb.ListVersionsRequest(context_id=context_id, page_size=1000)
+        out: list[pb.VersionInfo] = []
+        while True:
+            resp = self.call(self.contexts.ListVersions, req)
+            out.extend(resp.versions)
+            if not resp.next_page_token:
+                return out, resp.oldest_kept
+            req.page_token = resp.next_page_token
+
+    def fork(self, source_id: str, context_id: str, **kw) -> pb.ContextInfo:
+        req = pb.ForkContextRequest(source_id=source_id, context_id=context_id, **kw)
+        return self.call(self.contexts.ForkContext, req).info
 
     def info(self, context_id: str) -> pb.ContextInfo | None:
         try:

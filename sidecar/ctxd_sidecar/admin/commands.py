@@ -12,7 +12,7 @@ import json
 import signal
 import sys
 
-from ctxd_sidecar.admin import render, transfer
+from ctxd_sidecar.admin import history, render, transfer
 from ctxd_sidecar.admin.client import Client
 from ctxd_sidecar.admin.connect import AdminError, add_connection_flags, target
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
@@ -38,13 +38,13 @@ def register(sub) -> None:
     h.add_argument("--service", default="", help="health service name ('' = the process)")
     _common(h)
 
-    c = sub.add_parser("contexts", help="list, show, export, import, compact or delete contexts")
+    c = sub.add_parser("contexts", help="list, show, export, import, compact, delete, fork or diff contexts")
     cs = c.add_subparsers(dest="action", required=True)
     ls = cs.add_parser("list", help="every context, in id order")
     ls.add_argument("--archived", action="store_true", help="include archived conversations")
     _common(ls)
     show = cs.add_parser("show", help="one context: record, summary, plan, last messages")
-    show.add_argument("id")
+    show.add_argument("id", metavar="ID[@V]", help="@V: the context as of version V")
     show.add_argument(
         "--tail",
         type=int,
@@ -70,6 +70,7 @@ def register(sub) -> None:
     de = cs.add_parser("delete", help="delete a conversation and everything stored for it")
     de.add_argument("id")
     _common(de)
+    history.register(cs, _common)
 
     m = sub.add_parser("memory", help="get, set, delete or list agent memory")
     ms = m.add_subparsers(dest="action", required=True)
@@ -159,20 +160,8 @@ def _contexts_list(client: Client, args) -> int:
     return 0
 
 
-def brief(m: pb.Message) -> tuple[str, str]:
-    kind = m.WhichOneof("kind") or "?"
-    body = getattr(m, kind) if kind != "?" else None
-    if kind == "assistant":
-        calls = ", ".join(f"{c.name}()" for c in body.tool_calls)
-        return kind, " ".join(x for x in (body.text, calls and f"[calls {calls}]") if x)
-    if kind == "tool":
-        content = body.json if body.WhichOneof("content") == "json" else body.text
-        return kind, f"{body.name}{' ERROR' if body.is_error else ''}: {content}"
-    return kind, getattr(body, "text", "")
-
-
 def _contexts_show(client: Client, args) -> int:
-    ctx, messages = transfer.read_full(client, args.id)
+    ctx, messages = transfer.read_full(client, *history.split_ref(args.id))
     if args.json:
         full = pb.Context()
         full.CopyFrom(ctx)
@@ -231,13 +220,9 @@ def _contexts_show(client: Client, args) -> int:
         print(f"\nlast {len(tail)} of {len(messages)} messages")
         render.table(
             ["ID", "TIME", "KIND", "TEXT"],
-            [[m.id, render.when(m.ts_ms), *_short(brief(m))] for m in tail],
+            [[m.id, render.when(m.ts_ms), *render.brief(m)] for m in tail],
         )
     return 0
-
-
-def _short(pair: tuple[str, str]) -> tuple[str, str]:
-    return pair[0], render.short(pair[1], 70)
 
 
 def _contexts_export(client: Client, args) -> int:
@@ -426,4 +411,5 @@ HANDLERS = {
     "memory_set": _memory_set,
     "memory_delete": _memory_delete,
     "memory_list": _memory_list,
+    **history.HANDLERS,
 }

@@ -44,3 +44,18 @@ def table(headers: Sequence[str], rows: Iterable[Sequence], out=None) -> None:
 
 def enum_name(full: str, prefix: str) -> str:
     return full.removeprefix(prefix).lower()
+
+
+def brief(m) -> tuple[str, str]:
+    """A message's kind and a one-line text (70 characters at most)."""
+    kind = m.WhichOneof("kind") or "?"
+    body = getattr(m, kind) if kind != "?" else None
+    if kind == "assistant":
+        calls = ", ".join(f"{c.name}()" for c in body.tool_calls)
+        text = " ".join(x for x in (body.text, calls and f"[calls {calls}]") if x)
+    elif kind == "tool":
+        content = body.json if body.WhichOneof("content") == "json" else body.text
+        text = f"{body.name}{' ERROR' if body.is_error else ''}: {content}"
+    else:
+        text = getattr(body, "text", "")
+    return kind, short(text, 70)

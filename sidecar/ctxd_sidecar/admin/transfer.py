@@ -61,16 +61,18 @@ def _dict(msg) -> dict:
     return json_format.MessageToDict(msg, preserving_proto_field_name=True)
 
 
-def read_full(client: Client, context_id: str) -> tuple[pb.Context, list[pb.Message]]:
-    """Every page of the FULL view; starts over when a compaction or plan
-    change invalidates the page token (ABORTED)."""
+def read_full(
+    client: Client, context_id: str, at_version: int = 0
+) -> tuple[pb.Context, list[pb.Message]]:
+    """Every page of the FULL view (as of ``at_version`` when given); starts
+    over when a compaction or plan change invalidates the page token (ABORTED)."""
     for _attempt in range(5):
         messages: list[pb.Message] = []
         token = ""
         last = None
         try:
             while True:
-                resp = client.get_context(context_id, page_token=token)
+                resp = client.get_context(context_id, page_token=token, at_version=at_version)
                 last = resp.context
                 messages.extend(resp.context.messages)
                 token = resp.next_page_token

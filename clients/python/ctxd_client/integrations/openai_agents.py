@@ -53,6 +53,7 @@ from agents.memory.session_settings import (
 from ctxd_client.aio import AsyncClient
 from ctxd_client.errors import Aborted, NotFound
 from ctxd_client.integrations._compaction import acompact
+from ctxd_client.integrations._fork import fork_at_item
 from ctxd_client.integrations._ids import context_id
 
 FORMAT = "openai_responses"
@@ -123,6 +124,7 @@ class CtxdSession(SessionABC):
         or the sidecar's address: then the session opens a client per event
         loop it is used on (``Runner.run_sync`` runs its own loop)."""
         self.session_id = session_id
+        self.prefix = prefix
         self.context_id = context_id(session_id, prefix)
         self._client = client
         self._clients: dict[int, AsyncClient] = {}
@@ -222,6 +224,33 @@ class CtxdSession(SessionABC):
         self._held = self._version = None
         self._due = False
         await self.client.delete(self.context_id)
+
+    # -- history ------------------------------------------------------------------------------
+    async def fork(self, new_session_id: str, *, at_item: int | None = None) -> CtxdSession:
+        """A new session holding this one's items as ``get_items()`` shows
+        them, up to ``at_item`` (``items[:at_item]``: None keeps every item, a
+        negative index counts from the end), independent afterwards. It
+        shares this session's stored history (ForkContext); the client,
+        prefix and compaction settings are this session's. A session id
+        already used: ``AlreadyExists``."""
+        new = CtxdSession(
+            new_session_id,
+            self._client,
+            session_settings=self.session_settings,
+            prefix=self.prefix,
+            model=self.model,
+            model_window=self.model_window,
+            keep_last=self.keep_last,
+            summariser=self.summariser,
+            summarise=self.summarise,
+        )
+        if at_item is None:
+            await self.client.fork(self.context_id, new.context_id)
+            return new
+        items = list(await self.client.slice(self.context_id, format=FORMAT))
+        turn = {"model": self.model, "model_window": self.model_window}
+        await fork_at_item(self.client, self.context_id, new.context_id, items, at_item, **turn)
+        return new
 
     # -- compaction --------------------------------------------------------------------------
     async def run_compaction(self, args: dict[str, Any] | None = None) -> None:

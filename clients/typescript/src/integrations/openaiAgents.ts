@@ -8,6 +8,7 @@
 import { randomUUID } from "node:crypto";
 import { Code, CtxdError } from "../errors.js";
 import type { CtxdClient } from "../client.js";
+import { forkAtItem } from "./agentsFork.js";
 import { fromResponsesItem, toResponsesItem } from "./agentsItems.js";
 
 const FORMAT = "openai_responses" as const;
@@ -73,6 +74,17 @@ export class CtxdSession<Item = any> {
       if (err instanceof CtxdError && err.code === Code.NotFound) return undefined;
       throw err;
     }
+  }
+
+  /**
+   * A new session ``newSessionId`` holding this one's items up to ``atItem`` (``items.slice(0, atItem)``:
+   * undefined keeps every item, a negative index counts from the end), independent afterwards; it
+   * shares this session's stored history (ForkContext) and has its client and options. A session id
+   * already used: ALREADY_EXISTS.
+   */
+  async fork(newSessionId: string, options: { atItem?: number } = {}): Promise<CtxdSession<Item>> {
+    await forkAtItem(this.client, this.sessionId, newSessionId, options.atItem, this.options.model);
+    return new CtxdSession<Item>(newSessionId, this.client, this.options);
   }
 
   async clearSession(): Promise<void> {
