@@ -1,18 +1,20 @@
 """LangGraph's own store test files of any version, run against CtxdStore.
 
-Set ``CTXD_LANGGRAPH_STORE_TESTS`` to the path of langchain-ai/langgraph's
-``libs/checkpoint-sqlite/tests/test_store.py`` and/or ``test_async_store.py``
-(several paths joined by ``os.pathsep``; the version matching the installed
-langgraph-checkpoint; not vendored here). Each test of a file that drives a
-store (its ``store`` fixture, or the file's ``SqliteStore`` /
-``AsyncSqliteStore`` opened by ``from_conn_string``) runs twice in the same
-run: on the file's own SQLite store (the control) and on :class:`CtxdStore`
-over a real sidecar, the file's store names swapped for ctxd's. A store
+Set ``CTXD_LANGGRAPH_STORE_TESTS`` to the paths (joined by ``os.pathsep``) of
+langchain-ai/langgraph's ``libs/checkpoint/tests/test_store.py`` and/or
+``libs/checkpoint-sqlite/tests/test_store.py`` / ``test_async_store.py``, of
+the version matching the installed langgraph-checkpoint (not vendored here;
+each file's ``tests.*`` imports resolve in its own folder; the first needs
+pytest-mock, the others langgraph-checkpoint-sqlite). Each test that drives a
+store (a ``store`` fixture, ``InMemoryStore(...)``, or ``SqliteStore`` /
+``AsyncSqliteStore.from_conn_string``) runs twice in the same run: on the
+file's own store (UPSTREAM, the control) and on :class:`CtxdStore` over a
+real sidecar, the file's store names swapped for ctxd's (CTXD). A store
 opened with ``index=`` (semantic search, which ctxd's memory does not offer
-yet: issue 42) is skipped on ctxd with that reason. Tests taking no store
-(about SQLite's internals) run once, as they are. A parametrized test runs
-with the first value of each parameter. Skipped without the variable:
-ctxd's tree carries no copy of LangGraph's code.
+yet: issue 42) is skipped on ctxd with that reason; SQLite-only tests are
+listed in NOT_APPLICABLE with theirs. Tests taking no store run once, as
+they are. A parametrized test runs with the first value of each parameter.
+Skipped without the variable: ctxd's tree carries no copy of LangGraph's code.
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ def _load(path: str) -> types.ModuleType:
         sys.modules.update(saved)
 
 
-MODULES = {Path(p).name: _load(p) for p in PATHS}
+MODULES = {f"{Path(p).resolve().parent.parent.name}/{Path(p).name}": _load(p) for p in PATHS}
 
 
 def _tests(module) -> list[tuple[str, object]]:
@@ -95,7 +97,7 @@ def _params(test) -> set[str]:
 def _drives_store(module, test) -> bool:
     source = inspect.getsource(test)
     return "store" in _params(test) or "fake_embeddings" in _params(test) or any(
-        n in source for n in ("from_conn_string", "create_vector_store")
+        n in source for n in ("from_conn_string", "create_vector_store", "InMemoryStore(")
     )
 
 
@@ -125,6 +127,19 @@ class _CtxdAsSqlite:
         store = CtxdStore(self.address, prefix=f"lg{uuid.uuid4().hex[:8]}", ttl=ttl)
         self.opened.append(store)
         return store
+
+    def memory_class(self):
+        """Stands for InMemoryStore: a CtxdStore built by the same call."""
+        outer = self
+
+        class Store(CtxdStore):
+            def __init__(self, *, index=None, ttl=None, **_):
+                if index is not None:
+                    pytest.skip(SEMANTIC)
+                super().__init__(outer.address, prefix=f"lg{uuid.uuid4().hex[:8]}", ttl=ttl)
+                outer.opened.append(self)
+
+        return Store
 
     def sync_class(self):
         outer = self
@@ -177,9 +192,9 @@ async def _run(test, kwargs):
         await result
 
 
-@pytest.mark.parametrize("kind", ["SQLITE", "CTXD"])
+@pytest.mark.parametrize("kind", ["UPSTREAM", "CTXD"])
 @pytest.mark.parametrize(("file", "name"), WITH_STORE)
-async def test_upstream_with_store(file, name, kind, address, monkeypatch, tmp_path):
+async def test_upstream_with_store(file, name, kind, address, monkeypatch, request):
     module, test = MODULES[file], _get(file, name)
     opened: list[CtxdStore] = []
     if kind == "CTXD" and name.rsplit(".", 1)[-1] in NOT_APPLICABLE:
@@ -188,12 +203,16 @@ async def test_upstream_with_store(file, name, kind, address, monkeypatch, tmp_p
         shim = _CtxdAsSqlite(address, opened)
         if hasattr(module, "SqliteStore"):
             monkeypatch.setattr(module, "SqliteStore", shim.sync_class())
+        if hasattr(module, "InMemoryStore"):
+            monkeypatch.setattr(module, "InMemoryStore", shim.memory_class())
         if hasattr(module, "AsyncSqliteStore"):
             monkeypatch.setattr(module, "AsyncSqliteStore", shim.async_class())
     params = _params(test)
     kwargs = {k: v for k, v in _first_values(test).items() if k in params}
     if "fake_embeddings" in params:
         kwargs["fake_embeddings"] = module.CharacterEmbeddings(dims=500)
+    if "mocker" in params:
+        kwargs["mocker"] = request.getfixturevalue("mocker")
     if "conn_string" in params:
         kwargs["conn_string"] = ":memory:"
     try:
@@ -210,8 +229,9 @@ async def test_upstream_with_store(file, name, kind, address, monkeypatch, tmp_p
                     kwargs["store"] = stack.enter_context(SqliteStore.from_conn_string(":memory:"))
                     kwargs["store"].setup()
             await _run(test, kwargs)
+        assert kind != "CTXD" or opened, "the test ran on no CtxdStore (store not swapped)"
     except AttributeError as e:
-        if kind == "SQLITE" and "enable_load_extension" in str(e):
+        if kind == "UPSTREAM" and "enable_load_extension" in str(e):
             pytest.skip(NO_EXTENSIONS)
         raise
     finally:
@@ -220,5 +240,6 @@ async def test_upstream_with_store(file, name, kind, address, monkeypatch, tmp_p
 
 
 @pytest.mark.parametrize(("file", "name"), OTHERS)
-async def test_upstream_other(file, name):
-    await _run(_get(file, name), {})
+async def test_upstream_other(file, name, request):
+    test = _get(file, name)
+    await _run(test, {k: request.getfixturevalue(k) for k in _params(test)})
