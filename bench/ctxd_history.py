@@ -74,53 +74,58 @@ def suite(ctx: Context):
         grpc.channel_ready_future(channel).result(timeout=20)
         stub = context_pb2_grpc.ContextServiceStub(channel)
         for n in sizes:
-            src, grow = f"bench:hist:{n}", f"bench:hist:{n}:appended"
-            version = _seed(stub, pb, src, n)
-            _seed(stub, pb, grow, n)
-            ids = (f"bench:fork:{n}:{i}" for i in itertools.count())
-            yield measure(
-                lambda: stub.AppendTurn(
-                    pb.AppendTurnRequest(
-                        context_id=grow,
-                        messages=[pb.Message(user=pb.UserMessage(text="one more"))],
-                        model_window=100_000_000,
-                    ),
-                    timeout=30,
-                ),
-                calls,
-                name=APPEND_ROW.format(n=n),
-                group=GROUP,
-                extra={"turns": n},
-            )
-            yield measure(
-                lambda: stub.ForkContext(
-                    pb.ForkContextRequest(source_id=src, context_id=next(ids)), timeout=30
-                ),
-                calls,
-                name=FORK_ROW.format(n=n),
-                group=GROUP,
-                ratio_to=APPEND_ROW.format(n=n),
-                extra={"turns": n},
-            )
-            latest = pb.GetContextRequest(context_id=src, view=pb.CONTEXT_VIEW_SLICE, page_size=200)
-            yield measure(
-                lambda: stub.GetContext(latest, timeout=30),
-                calls,
-                name=LATEST_ROW.format(n=n),
-                group=GROUP,
-                extra={"turns": n},
-            )
-            at = pb.GetContextRequest()
-            at.CopyFrom(latest)
-            at.at_version = max(1, version // 2)
-            yield measure(
-                lambda: stub.GetContext(at, timeout=30),
-                calls,
-                name=AT_ROW.format(n=n),
-                group=GROUP,
-                ratio_to=LATEST_ROW.format(n=n),
-                extra={"turns": n, "at_version": at.at_version},
-            )
+            yield from _rows(stub, pb, n, calls)
+
+
+def _rows(stub, pb, n: int, calls: int):
+    """The four rows of one conversation length."""
+    src, grow = f"bench:hist:{n}", f"bench:hist:{n}:appended"
+    version = _seed(stub, pb, src, n)
+    _seed(stub, pb, grow, n)
+    ids = (f"bench:fork:{n}:{i}" for i in itertools.count())
+    yield measure(
+        lambda: stub.AppendTurn(
+            pb.AppendTurnRequest(
+                context_id=grow,
+                messages=[pb.Message(user=pb.UserMessage(text="one more"))],
+                model_window=100_000_000,
+            ),
+            timeout=30,
+        ),
+        calls,
+        name=APPEND_ROW.format(n=n),
+        group=GROUP,
+        extra={"turns": n},
+    )
+    yield measure(
+        lambda: stub.ForkContext(
+            pb.ForkContextRequest(source_id=src, context_id=next(ids)), timeout=30
+        ),
+        calls,
+        name=FORK_ROW.format(n=n),
+        group=GROUP,
+        ratio_to=APPEND_ROW.format(n=n),
+        extra={"turns": n},
+    )
+    latest = pb.GetContextRequest(context_id=src, view=pb.CONTEXT_VIEW_SLICE, page_size=200)
+    yield measure(
+        lambda: stub.GetContext(latest, timeout=30),
+        calls,
+        name=LATEST_ROW.format(n=n),
+        group=GROUP,
+        extra={"turns": n},
+    )
+    at = pb.GetContextRequest()
+    at.CopyFrom(latest)
+    at.at_version = max(1, version // 2)
+    yield measure(
+        lambda: stub.GetContext(at, timeout=30),
+        calls,
+        name=AT_ROW.format(n=n),
+        group=GROUP,
+        ratio_to=LATEST_ROW.format(n=n),
+        extra={"turns": n, "at_version": at.at_version},
+    )
 
 
 def add_checks(report: Report) -> None:

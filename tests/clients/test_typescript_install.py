@@ -26,7 +26,9 @@ def test_the_documented_install_builds_outside_the_clone_and_imports(tmp_path):
     before = _clone_state()
     app = tmp_path / "app"
     app.mkdir()
-    (app / "package.json").write_text(json.dumps({"name": "app", "private": True, "type": "module"}))
+    (app / "package.json").write_text(
+        json.dumps({"name": "app", "private": True, "type": "module"})
+    )
     cmd = 'npm install --no-audit --no-fund "$(bash "$CTXD/scripts/pack-ts-client.sh")"'
     proc = subprocess.run(
         ["bash", "-c", cmd],

@@ -65,7 +65,9 @@ async def test_upstream_with_service(name, kind, address, tmp_path):
         service = UPSTREAM.get_session_service(UPSTREAM.SessionServiceType[kind], tmp_path)
     light_copy = kind == "IN_MEMORY_WITH_LIGHT_COPY_ENABLED"
     if light_copy:  # what the file's own fixture does for this kind
-        UPSTREAM.override_feature_enabled(UPSTREAM.FeatureName.IN_MEMORY_SESSION_SERVICE_LIGHT_COPY, True)
+        UPSTREAM.override_feature_enabled(
+            UPSTREAM.FeatureName.IN_MEMORY_SESSION_SERVICE_LIGHT_COPY, True
+        )
     test = getattr(UPSTREAM, name)
     kwargs = {"session_service": service}
     if "tmp_path" in inspect.signature(test).parameters:

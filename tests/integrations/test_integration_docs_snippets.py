@@ -39,9 +39,13 @@ def test_every_block_is_a_language_the_suite_runs_or_an_install_line():
         for kind, code in _BLOCK.findall(page.read_text()):
             assert kind in ("python", "ts", "bash"), f"{page.name}: a ```{kind} block"
             if kind == "bash":
-                assert all(line.startswith(("pip install", "npm install")) for line in code.splitlines()), code
+                assert all(
+                    line.startswith(("pip install", "npm install")) for line in code.splitlines()
+                ), code
             else:
-                assert QUICK_START in code, f"{page.name}: a snippet not on the Quick start's address"
+                assert QUICK_START in code, (
+                    f"{page.name}: a snippet not on the Quick start's address"
+                )
     assert len(_blocks("python")) >= 5 and len(_blocks("ts")) >= 1
 
 

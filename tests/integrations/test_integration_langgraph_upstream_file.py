@@ -96,14 +96,20 @@ def _params(test) -> set[str]:
 
 def _drives_store(module, test) -> bool:
     source = inspect.getsource(test)
-    return "store" in _params(test) or "fake_embeddings" in _params(test) or any(
-        n in source for n in ("from_conn_string", "create_vector_store", "InMemoryStore(")
+    return (
+        "store" in _params(test)
+        or "fake_embeddings" in _params(test)
+        or any(n in source for n in ("from_conn_string", "create_vector_store", "InMemoryStore("))
     )
 
 
 CASES = [(f, n, t) for f, m in MODULES.items() for n, t in _tests(m)]
-WITH_STORE = [pytest.param(f, n, id=f"{f}::{n}") for f, n, t in CASES if _drives_store(MODULES[f], t)]
-OTHERS = [pytest.param(f, n, id=f"{f}::{n}") for f, n, t in CASES if not _drives_store(MODULES[f], t)]
+WITH_STORE = [
+    pytest.param(f, n, id=f"{f}::{n}") for f, n, t in CASES if _drives_store(MODULES[f], t)
+]
+OTHERS = [
+    pytest.param(f, n, id=f"{f}::{n}") for f, n, t in CASES if not _drives_store(MODULES[f], t)
+]
 
 
 def _get(file: str, name: str):
@@ -182,7 +188,7 @@ def _first_values(test) -> dict:
         names = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
         first = mark.args[1][0]
         first = getattr(first, "values", first)
-        out.update(zip(names, first if len(names) > 1 else [first]))
+        out.update(zip(names, first if len(names) > 1 else [first], strict=True))
     return out
 
 

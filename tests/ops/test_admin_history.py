@@ -27,7 +27,7 @@ def _json(*args: str) -> dict:
     return json.loads(proc.stdout)
 
 
-def test_history_show_at_a_version_fork_and_diff(served):
+def test_history_show_at_a_version_fork_and_diff(served):  # noqa: F811 - the fixture imported above
     _history_show_fork_diff(served)
 
 
@@ -36,7 +36,7 @@ def test_history_verbs_on_the_shared_stores(start_sidecar, store_uri_for, backen
     _history_show_fork_diff(start_sidecar(store_uri_for(backend)))
 
 
-def _history_show_fork_diff(served) -> None:
+def _history_show_fork_diff(served) -> None:  # noqa: F811 - the fixture imported above
     at = ("--address", served.address)
     _say(served, "h", "one", "two", "three")
 
@@ -78,7 +78,7 @@ def _history_show_fork_diff(served) -> None:
     assert "h@4 adds 2 messages" in text.stdout and "g@4 adds 1 messages" in text.stdout
 
 
-def test_history_verbs_fail_in_one_line(served):
+def test_history_verbs_fail_in_one_line(served):  # noqa: F811 - the fixture imported above
     at = ("--address", served.address)
     _say(served, "h", "one", "two")
     _say(served, "taken", "mine")

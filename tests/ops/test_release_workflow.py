@@ -29,6 +29,8 @@ def test_npm_pack_destinations_are_made_before_the_pack():
 
 def test_the_bench_extra_installs_what_its_s3_replica_and_postgres_suites_import():
     """``pip install -e '.[bench]' && python -m bench``, as the benchmarks page says."""
-    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
     names = {re.split(r"[\[<>=]", req)[0] for req in extras["bench"]}
     assert {"moto", "boto3", "psycopg", "psycopg-pool"} <= names, names

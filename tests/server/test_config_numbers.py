@@ -49,7 +49,9 @@ def test_the_walk_finds_the_settings_it_must_check():
 @pytest.mark.parametrize("value", ["inf", "-inf", "nan", "Infinity", "NaN"])
 @pytest.mark.parametrize("name", FLOATS)
 def test_every_float_setting_refuses_non_finite_values(name, value):
-    assert _error({name: value}) == f"{name}={value!r} must be a finite number (on the command line)"
+    assert (
+        _error({name: value}) == f"{name}={value!r} must be a finite number (on the command line)"
+    )
 
 
 @pytest.mark.parametrize("name", FLOATS + INTS)

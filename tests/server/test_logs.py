@@ -31,9 +31,7 @@ LEAKS = ("Traceback", "/site-packages/", "/ctxd_sidecar/", "/ctxd_plugins/", 'Fi
 class Process:
     """``ctxd serve`` whose whole stderr is kept (read after it exits)."""
 
-    def __init__(
-        self, *args: str, env: dict[str, str] | None = None, serving: bool = True
-    ) -> None:
+    def __init__(self, *args: str, env: dict[str, str] | None = None, serving: bool = True) -> None:
         self.address = f"127.0.0.1:{free_port()}"
         cmd = [sys.executable, "-m", "ctxd_sidecar", "serve", "--listen", self.address, *args]
         self.proc = subprocess.Popen(

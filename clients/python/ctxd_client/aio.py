@@ -23,7 +23,6 @@ from ctxd_client._connect import (
 from ctxd_client._watch import AsyncWatch
 from ctxd_client.errors import CtxdError, Unavailable, from_rpc_error
 
-
 #: Calls one AsyncClient has on the wire at once; the rest wait their turn. Thousands
 #: started together (``asyncio.gather``) otherwise overrun the server's streams and end
 #: in CANCELLED.

@@ -37,8 +37,17 @@ def register(sub) -> None:
     h = sub.add_parser("health", help="exit 0 when the sidecar is SERVING, 1 otherwise")
     h.add_argument("--service", default="", help="health service name ('' = the process)")
     _common(h)
+    _register_contexts(sub)
+    _register_memory(sub)
+    w = sub.add_parser("watch", help="print a context's events until Ctrl-C")
+    w.add_argument("context")
+    _common(w)
 
-    c = sub.add_parser("contexts", help="list, show, export, import, compact, delete, fork or diff contexts")
+
+def _register_contexts(sub) -> None:
+    c = sub.add_parser(
+        "contexts", help="list, show, export, import, compact, delete, fork or diff contexts"
+    )
     cs = c.add_subparsers(dest="action", required=True)
     ls = cs.add_parser("list", help="every context, in id order")
     ls.add_argument("--archived", action="store_true", help="include archived conversations")
@@ -72,6 +81,8 @@ def register(sub) -> None:
     _common(de)
     history.register(cs, _common)
 
+
+def _register_memory(sub) -> None:
     m = sub.add_parser("memory", help="get, set, delete or list agent memory")
     ms = m.add_subparsers(dest="action", required=True)
     g = ms.add_parser("get", help="one record")
@@ -89,10 +100,6 @@ def register(sub) -> None:
     li.add_argument("prefix", nargs="?", default="")
     li.add_argument("--values", action="store_true", help="show values too")
     _common(li)
-
-    w = sub.add_parser("watch", help="print a context's events until Ctrl-C")
-    w.add_argument("context")
-    _common(w)
 
 
 def run(args: argparse.Namespace) -> int:

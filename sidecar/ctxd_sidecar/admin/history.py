@@ -83,7 +83,7 @@ def _fork(client: Client, args) -> int:
 def _parting(a: list[pb.Message], b: list[pb.Message]) -> int:
     """How many leading messages the two sides share (same id, same content)."""
     common = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x.SerializeToString(deterministic=True) != y.SerializeToString(deterministic=True):
             break
         common += 1

@@ -221,6 +221,7 @@ def _check(cfg: Config, pm: pluggy.PluginManager) -> None:
 
 # -- one-line errors --------------------------------------------------------------------------
 
+
 def _one_line(exc: ValidationError, cls: type[Config], layers: list[Layer]) -> str:
     # An unknown key first: it is usually a typo that explains the rest.
     errors = sorted(exc.errors(include_url=False), key=lambda e: e["type"] != "extra_forbidden")

@@ -47,6 +47,7 @@ Opts = TypeVar("Opts", bound=StoreOptions)
 #: ``ValueError`` with an operator-facing message for a malformed URI.
 StoreFactory = Callable[[str, Opts], Store]
 
+
 class StoreHooks:
     """``ctxd_store_schemes`` and ``ctxd_open_store`` for one scheme: a plugin
     object pluggy can register, that also unpacks into a module's two hooks."""

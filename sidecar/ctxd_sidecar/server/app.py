@@ -232,9 +232,7 @@ class Sidecar:
         await self._stopped.wait()
 
 
-async def open_domain(
-    cfg: Config, *, idle: Callable[[], bool] | None = None
-) -> composition.Domain:
+async def open_domain(cfg: Config, *, idle: Callable[[], bool] | None = None) -> composition.Domain:
     """Build the domain; a store that cannot be opened is one line, not a traceback."""
     try:
         return await composition.build(cfg, plugin_manager(), idle=idle)

@@ -55,6 +55,7 @@ from ctxd_client.aio import AsyncClient
 from ctxd_client.errors import NotFound
 from ctxd_client.integrations import _adk_events as ev
 from ctxd_client.integrations import _adk_store as st
+from ctxd_client.integrations._loop_clients import LoopClients
 
 
 class CtxdSessionService(BaseSessionService):
@@ -72,27 +73,16 @@ class CtxdSessionService(BaseSessionService):
         self.prefix = prefix
         self.memory_prefix = memory_prefix
         self._client = client
-        self._clients: dict[int, AsyncClient] = {}
+        self._clients = LoopClients(client)
         self._records = st.Records(lambda: self.client, memory_prefix)
 
     @property
     def client(self) -> AsyncClient:
-        if isinstance(self._client, AsyncClient):
-            return self._client
-        loop = asyncio.get_running_loop()
-        found = self._clients.get(id(loop))
-        if found is None:
-            found = self._clients[id(loop)] = AsyncClient(self._client)
-        return found
+        return self._clients.get()
 
     async def close(self) -> None:
         """Close the clients the service opened (a client passed in stays open)."""
-        clients, self._clients = list(self._clients.values()), {}
-        for c in clients:
-            try:
-                await c.close()
-            except RuntimeError:  # its event loop is gone
-                pass
+        await self._clients.close()
 
     # -- BaseSessionService ---------------------------------------------------------------------
     async def create_session(

@@ -14,7 +14,7 @@ from typing import Any
 
 from ctxd_client.integrations._langgraph_store import CtxdStore
 
-__all__ = ["CtxdContextMiddleware", "CtxdStore"]
+__all__ = ["CtxdContextMiddleware", "CtxdStore"]  # noqa: F822 (the middleware: __getattr__)
 
 
 def __getattr__(name: str) -> Any:

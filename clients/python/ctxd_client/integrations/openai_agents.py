@@ -39,7 +39,6 @@ exactly as added: what the model needs next, not the whole stored history.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -55,6 +54,7 @@ from ctxd_client.errors import Aborted, NotFound
 from ctxd_client.integrations._compaction import acompact
 from ctxd_client.integrations._fork import fork_at_item
 from ctxd_client.integrations._ids import context_id
+from ctxd_client.integrations._loop_clients import LoopClients
 
 FORMAT = "openai_responses"
 
@@ -127,7 +127,7 @@ class CtxdSession(SessionABC):
         self.prefix = prefix
         self.context_id = context_id(session_id, prefix)
         self._client = client
-        self._clients: dict[int, AsyncClient] = {}
+        self._clients = LoopClients(client)
         self.session_settings = coerce_session_settings(session_settings or SessionSettings())
         self.model = model
         self.model_window = model_window
@@ -140,13 +140,7 @@ class CtxdSession(SessionABC):
 
     @property
     def client(self) -> AsyncClient:
-        if isinstance(self._client, AsyncClient):
-            return self._client
-        loop = asyncio.get_running_loop()
-        found = self._clients.get(id(loop))
-        if found is None:
-            found = self._clients[id(loop)] = AsyncClient(self._client)
-        return found
+        return self._clients.get()
 
     # -- the Session protocol ---------------------------------------------------------------------
     async def get_items(self, limit: int | None = None) -> list[Any]:
@@ -276,12 +270,7 @@ class CtxdSession(SessionABC):
 
     async def close(self) -> None:
         """Close the clients the session opened (a client passed in stays open)."""
-        clients, self._clients = list(self._clients.values()), {}
-        for c in clients:
-            try:
-                await c.close()
-            except RuntimeError:  # its event loop is gone (run_sync's)
-                pass
+        await self._clients.close()
 
 
 __all__ = ["CtxdSession", "Summarise"]

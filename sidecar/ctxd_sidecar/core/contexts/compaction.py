@@ -194,7 +194,9 @@ class Compactor:
             return decided, ""
         return None, decided.reason
 
-    async def plan(self, context_id: str, keep_last: int = 0, target_tokens: int = 0) -> CompactionPlan:
+    async def plan(
+        self, context_id: str, keep_last: int = 0, target_tokens: int = 0
+    ) -> CompactionPlan:
         keep, target = self._options(keep_last, target_tokens)
         st = await self.service.get(context_id)
         # Read without awaiting: the record is the live object.
