@@ -20,6 +20,8 @@ from ctxd_sidecar.core.contexts.compaction import Compactor
 from ctxd_sidecar.core.contexts.deletion import Deletion
 from ctxd_sidecar.core.contexts.events import ContextEvent
 from ctxd_sidecar.core.contexts.expiry import Expiry
+from ctxd_sidecar.core.contexts.forks import Forks
+from ctxd_sidecar.core.contexts.history import History
 from ctxd_sidecar.core.contexts.listing import Listing
 from ctxd_sidecar.core.contexts.model import NOTE, ContextState, Msg
 from ctxd_sidecar.core.contexts.planning import Planning
@@ -58,6 +60,8 @@ class Domain:
     skillset: SkillSet
     memory: Memory
     edits: TranscriptEdits
+    history: History
+    forks: Forks
     #: Spans for RPCs and store operations, when ``otlp_endpoint`` is set.
     tracing: tracing.Tracing | None = None
 
@@ -131,6 +135,7 @@ async def build(
     turns = Turns(contexts, skillset)
     compactor = _compactor(config, pm, contexts, turns, observer)
     memory = memory_backend(config, storage, observer)
+    history = History(contexts)
     observe(observer, contexts)
     return Domain(
         storage=storage,
@@ -147,6 +152,8 @@ async def build(
         skillset=skillset,
         memory=Memory(config.memory, memory),
         edits=TranscriptEdits(contexts, turns),
+        history=history,
+        forks=Forks(contexts, history),
         tracing=traces,
     )
 
@@ -226,5 +233,7 @@ def servicers(domain: Domain) -> tuple[ContextServicer, MemoryServicer]:
         planning=domain.planning,
         skillset=domain.skillset,
         edits=domain.edits,
+        history=domain.history,
+        forks=domain.forks,
     )
     return contexts, MemoryServicer(domain.memory)

@@ -2,12 +2,11 @@
 ListVersions and ForkContext (see :mod:`ctxd_sidecar.core.contexts.history`).
 
 A mixin of :class:`ctxd_sidecar.server.contexts.ContextServicer`, which
-hands it ``self.contexts``.
+hands it ``self.contexts``, ``self.history`` and ``self.forks`` (built by
+the composition root).
 """
 
 from __future__ import annotations
-
-from functools import cached_property
 
 import grpc
 
@@ -21,13 +20,8 @@ class ContextHistory:
     """ListVersions and ForkContext, and the state a read at a version
     reads, mixed into :class:`ContextServicer`."""
 
-    @cached_property
-    def history(self) -> History:
-        return History(self.contexts)
-
-    @cached_property
-    def forks(self) -> Forks:
-        return Forks(self.contexts, self.history)
+    history: History
+    forks: Forks
 
     async def ForkContext(
         self, request: pb.ForkContextRequest, context: grpc.aio.ServicerContext

@@ -41,7 +41,7 @@ from ctxd_sidecar.server.context_convert import (
     turn_messages,
 )
 from ctxd_sidecar.server.context_edits import ContextEdits, TranscriptEdits
-from ctxd_sidecar.server.context_history import ContextHistory
+from ctxd_sidecar.server.context_history import ContextHistory, Forks, History
 
 
 class ContextServicer(ContextEdits, ContextHistory, context_pb2_grpc.ContextServiceServicer):
@@ -59,7 +59,10 @@ class ContextServicer(ContextEdits, ContextHistory, context_pb2_grpc.ContextServ
         planning: Planning,
         skillset: SkillSet,
         edits: TranscriptEdits,
+        history: History,
+        forks: Forks,
     ) -> None:
+        self.history, self.forks = history, forks
         self.contexts, self.edits = contexts, edits
         self.turns = turns
         self.listing = listing
