@@ -1,4 +1,4 @@
-"""Command-line entry point: ``python -m bench [--quick] [--json PATH] [--only G,...]``.
+"""Command-line entry point: ``python -m bench [--quick] [--json PATH] [--only G,...] [--merge]``.
 
 Imports the suite modules listed in ``SUITE_MODULES`` (each registers its
 groups with ``bench.harness.register``), runs the selected groups, prints
@@ -17,6 +17,7 @@ import traceback
 from pathlib import Path
 
 from bench.harness import Context, registered_groups, run_suites
+from bench.merge import MergeError, load_earlier, note_duration, seed_report
 from bench.report import Report
 
 # Add new suite modules here; order is the order groups run and print in.
@@ -74,6 +75,11 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="where scratch dirs (LMDB) go (default: system tmp)",
     )
+    ap.add_argument(
+        "--merge",
+        action="store_true",
+        help="measure only the --only groups again and merge them into the run at --json",
+    )
     ap.add_argument("--list", action="store_true", help="list groups and exit")
     args = ap.parse_args(argv)
 
@@ -99,6 +105,12 @@ def main(argv: list[str] | None = None) -> int:
             "started_at": started.isoformat(timespec="seconds"),
         }
     )
+    if args.merge:
+        try:
+            earlier = load_earlier(args.json, groups or [], report.meta["mode"])
+        except MergeError as exc:
+            ap.error(str(exc))
+        seed_report(report, earlier, groups or [])
     ctx = Context(quick=args.quick, tmp_root=args.tmpdir)
     ok = run_suites(groups, ctx, report)
     try:
@@ -119,11 +131,15 @@ def main(argv: list[str] | None = None) -> int:
         report.failures.append(
             {"suite": "compare", "error": repr(exc), "traceback": traceback.format_exc()}
         )
-    report.meta["duration_s"] = round(time.perf_counter() - t0, 2)
+    if args.merge:
+        note_duration(report, time.perf_counter() - t0)
+    else:
+        report.meta["duration_s"] = round(time.perf_counter() - t0, 2)
 
     print(report.table())
     path = report.write_json(args.json)
-    print(f"\n{report.meta['mode']} run, {report.meta['duration_s']}s; JSON written to {path}")
+    took = report.meta["reruns"][-1]["duration_s"] if args.merge else report.meta["duration_s"]
+    print(f"\n{report.meta['mode']} run, {took}s; JSON written to {path}")
     return 0 if ok else 1
 
 

@@ -167,6 +167,13 @@ def render(results: dict[str, Any], source: str = "results.json") -> tuple[str, 
         + ".",
         "",
     ]
+    for rerun in meta.get("reruns", []):
+        md += [
+            f"Measured again in a later run (`--merge`), started {rerun.get('started_at')}: "
+            + ", ".join(f"`{g}`" for g in rerun.get("groups", []))
+            + "; the targets are computed over the merged rows.",
+            "",
+        ]
     checks = results.get("checks", [])
     if checks:
         md += ["## Targets", ""]

@@ -182,3 +182,77 @@ def test_profile_aggregate_splits_the_event_loop_from_the_writer():
     # Sampled at 200/s holding the GIL: 73 samples over 2 calls is 182.5 ms a call.
     held = report(aggregate(raw, calls=2, rate=200, gil=True))
     assert "GIL held: 182500 us per call, 25000 us of it on the event loop, 7500 us in ctxd" in held
+
+
+def _bench(tmp_path, *args):
+    return subprocess.run(
+        [sys.executable, "-m", "bench", *args, "--tmpdir", str(tmp_path)],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        start_new_session=True,
+    )
+
+
+def test_merge_measures_one_group_again_and_keeps_the_others(tmp_path):
+    out = tmp_path / "results.json"
+    earlier = {
+        "meta": {"mode": "quick", "groups": ["grpc", "process"], "started_at": "2026-01-01"},
+        "results": [
+            {
+                "name": "grpc.echo.unary",
+                "group": "grpc",
+                "unit": "us",
+                "p50": 500.0,
+                "p99": 900.0,
+                "n": 10,
+                "extra": {},
+                "ratio_to": None,
+                "ratio": None,
+            },
+            {
+                "name": "ctxd.cold_start",
+                "group": "process",
+                "unit": "s",
+                "p50": 99.0,
+                "p99": None,
+                "n": 1,
+                "extra": {},
+                "ratio_to": None,
+                "ratio": None,
+            },
+        ],
+        "derived": [],
+        "checks": [],
+        "skipped": [],
+        "failures": [{"suite": "process:ctxd_process", "error": "RuntimeError()", "traceback": ""}],
+    }
+    out.write_text(json.dumps(earlier))
+    run = _bench(tmp_path, "--quick", "--only", "process", "--merge", "--json", str(out))
+    assert run.returncode == 0, run.stdout + run.stderr
+    data = json.loads(out.read_text())
+    assert data["failures"] == []
+    rows = {r["name"]: r for r in data["results"]}
+    assert rows["grpc.echo.unary"]["p50"] == 500.0  # kept as it was
+    assert rows["ctxd.cold_start"]["p50"] != 99.0  # measured again
+    assert "process.floor.echo.tput.c16" in rows
+    assert [r["groups"] for r in data["meta"]["reruns"]] == [["process"]]
+    assert data["meta"]["started_at"] == "2026-01-01"
+    assert any(
+        c["name"] == "target.process.cold_start" or c["source"] == "ctxd.cold_start"
+        for c in data["checks"]
+    )
+
+
+def test_merge_refuses_a_run_of_the_other_mode_in_one_line(tmp_path):
+    out = tmp_path / "results.json"
+    out.write_text(json.dumps({"meta": {"mode": "full"}, "results": []}))
+    run = _bench(tmp_path, "--quick", "--only", "process", "--merge", "--json", str(out))
+    assert run.returncode == 2
+    assert "holds a full run" in run.stderr and "Traceback" not in run.stderr
+    missing = _bench(
+        tmp_path, "--quick", "--only", "process", "--merge", "--json", str(tmp_path / "none.json")
+    )
+    assert missing.returncode == 2 and "does not exist" in missing.stderr

@@ -47,9 +47,12 @@ class Gate:
         always = method == HEALTH_CHECK
 
         async def unary_unary(request, context):
+            # A refused call counts as an arrival too: while calls gRPC queued
+            # before the stop are still being dispatched (and refused), the
+            # drain must not take the quiet for the end of them.
+            self._admitted = time.monotonic()
             if self.stopping and not always:
                 await context.abort(grpc.StatusCode.UNAVAILABLE, STOPPING)
-            self._admitted = time.monotonic()
             self.in_flight += 1
             try:
                 return await inner(request, context)
@@ -114,8 +117,15 @@ class Gate:
         self._streams_end.set()
 
     async def drain(self, timeout: float) -> int:
-        """Wait until no unary call is in flight, at most ``timeout`` seconds;
-        return how many are still running."""
+        """Wait until no unary call is in flight and none has arrived for
+        ``_SETTLE``, at most ``timeout`` seconds; return how many are still
+        running.
+
+        gRPC hands received calls to their handlers one after another and
+        cancels those not yet handed over when the server stops; the quiet
+        spell is what tells that its queue has emptied (each queued call
+        arrives, is refused UNAVAILABLE, and restarts the spell).
+        """
         deadline = time.monotonic() + timeout
         while True:
             now = time.monotonic()
