@@ -191,3 +191,54 @@ test("SDK items round-trip exactly; Responses items pass through; another writer
   await session.clearSession();
   await client.delete(other);
 });
+
+// The JS SDK's own MemorySession cases (packages/agents-core/test/memorySession.test.ts), as far
+// as they use the public Session interface, run against CtxdSession: ordering, `getItems(limit)`,
+// `popItem`, `clearSession`, and stored items that callers' later mutations do not reach.
+const userMessage = (text: string): Json => ({ role: "user", content: [{ type: "input_text", text }] });
+
+test("the SDK's MemorySession cases hold for CtxdSession: order, limit, pop, clear", async () => {
+  const session = new CtxdSession(`${run}-memcases`, client);
+  const initial = [userMessage("hello")];
+  await session.addItems(initial);
+  assert.equal(await session.getSessionId(), `${run}-memcases`);
+  assert.deepEqual(await session.getItems(), initial);
+  const more = [userMessage("one"), userMessage("two")];
+  await session.addItems(more);
+  assert.deepEqual(await session.getItems(), [...initial, ...more]);
+  assert.deepEqual(await session.getItems(2), more);
+  assert.deepEqual(await session.popItem(), more[1]);
+  assert.deepEqual(await session.getItems(), [...initial, more[0]]);
+  await session.clearSession();
+  assert.deepEqual(await session.getItems(), []);
+  assert.deepEqual(await session.getItems(3), []);
+  assert.equal(await session.popItem(), undefined);
+});
+
+test("the SDK's MemorySession cases hold for CtxdSession: callers' mutations never persist", async () => {
+  const session = new CtxdSession(`${run}-clones`, client);
+  await session.addItems([userMessage("start")]);
+  const items = await session.getItems();
+  items[0].content = "mutated";
+  assert.deepEqual(await session.getItems(), [userMessage("start")]);
+  const next = userMessage("next");
+  await session.addItems([next]);
+  next.content = "mutated";
+  assert.deepEqual(await session.getItems(), [userMessage("start"), userMessage("next")]);
+  const popped = await session.popItem();
+  assert.deepEqual(popped, userMessage("next"));
+  popped.content = "mutated";
+  assert.deepEqual(await session.getItems(), [userMessage("start")]);
+  await session.clearSession();
+});
+
+test("popItem after a tool round returns the SDK's own result item, then its call", async () => {
+  const session = new CtxdSession(`${run}-poptool`, client);
+  const call: Json = { type: "function_call", callId: "c7", name: "square", arguments: '{"n":7}', status: "completed" };
+  const result: Json = { type: "function_call_result", callId: "c7", name: "square", status: "completed", output: { type: "text", text: "49" } };
+  await session.addItems([userMessage("square of 7"), call, result]);
+  assert.deepEqual(await session.popItem(), result);
+  assert.deepEqual(await session.popItem(), call);
+  assert.deepEqual(await session.getItems(), [userMessage("square of 7")]);
+  await session.clearSession();
+});
