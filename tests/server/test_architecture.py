@@ -159,14 +159,13 @@ OVERSIZED = {
     #    servicer converts only and the ContextEdits mixin folds into it.
     "sidecar/ctxd_sidecar/server/contexts.py:ContextServicer": 322,
     # -- issue 37, problem 2: the contexts room closed.
-    # The trash, index bookkeeping and purge into contexts/trash.py.
-    "sidecar/ctxd_sidecar/core/contexts/deletion.py:Deletion": 220,
     # Compactor on transaction() directly: the closure and its `out` dict go.
     "sidecar/ctxd_sidecar/core/contexts/compaction.py:Compactor": 327,
     "sidecar/ctxd_sidecar/core/contexts/compaction.py:Compactor._commit": 96,
     "sidecar/ctxd_sidecar/core/contexts/compaction.py:Compactor._commit.build": 74,
-    # Registry, store, index, trash and janitor private; listing gets heads().
-    "sidecar/ctxd_sidecar/core/contexts/service.py:ContextService": 396,
+    # Registry and index private (heads(), listed()), the trash and the
+    # watch followers out; left: the store, the janitor and checkpoints.
+    "sidecar/ctxd_sidecar/core/contexts/service.py:ContextService": 395,
     # The record's messages and its op bookkeeping (model.py grew back to 494).
     "sidecar/ctxd_sidecar/core/contexts/model.py:ContextState": 238,
     # Restore and checkpoint are two protocols in one class.
