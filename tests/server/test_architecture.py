@@ -159,10 +159,9 @@ OVERSIZED = {
     #    servicer converts only and the ContextEdits mixin folds into it.
     "sidecar/ctxd_sidecar/server/contexts.py:ContextServicer": 322,
     # -- issue 37, problem 2: the contexts room closed.
-    # Compactor on transaction() directly: the closure and its `out` dict go.
-    "sidecar/ctxd_sidecar/core/contexts/compaction.py:Compactor": 327,
-    "sidecar/ctxd_sidecar/core/contexts/compaction.py:Compactor._commit": 96,
-    "sidecar/ctxd_sidecar/core/contexts/compaction.py:Compactor._commit.build": 74,
+    # Compactor commits through transaction() a typed Fold; left: plan,
+    # apply and compact beside the fold's decision (a module of its own).
+    "sidecar/ctxd_sidecar/core/contexts/compaction.py:Compactor": 290,
     # Registry and index private (heads(), listed()), the trash and the
     # watch followers out; left: the store, the janitor and checkpoints.
     "sidecar/ctxd_sidecar/core/contexts/service.py:ContextService": 395,
