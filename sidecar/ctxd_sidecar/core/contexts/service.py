@@ -80,9 +80,11 @@ class ContextService:
         #: Wall-clock milliseconds; replaceable (tests move time forward).
         self.clock = clock
         self.store = ContextStore(
-            storage, idem_cap=config.idempotency_keys, archive_ttl_ms=int(archive_ttl * 1000)
+            storage,
+            idem_cap=config.idempotency_keys,
+            archive_ttl_ms=int(archive_ttl * 1000),
+            history_ttl_ms=int(config.history_ttl * 1000),
         )
-        self.store.history_ttl_ms = int(config.history_ttl * 1000)
         self._index = KeyIndex(storage, HEADS)
         self.janitor = Janitor(batch=8 if self.store.remote else 1)
         self.feed = EventFeed()
@@ -221,8 +223,7 @@ class ContextService:
         e.verified = time.monotonic()
 
     async def create(self, st: ContextState, *, whole: bool = False) -> None:
-        """Make a new context durable and listed: its head at version 0, or
-        (``whole``, a fork made elsewhere) its one checkpoint."""
+        """Make a new context durable and listed (``whole``: a fork's one checkpoint)."""
         await self._index.add(st.id)
         await (self.store.checkpoint(st) if whole else self.store.create_head(st))
 
@@ -268,8 +269,7 @@ class ContextService:
         return e.state if e is not None else None
 
     async def heads(self, prefix: str, after: str, limit: int) -> list[tuple[str, Item]]:
-        """A page of the listed contexts in id order: (id, its index entry),
-        for :meth:`listed`."""
+        """A page of the listed contexts in id order: (id, entry for :meth:`listed`)."""
         return await self._index.scan(prefix, start_after=after, limit=limit)
 
     async def listed(self, cid: str, item: Item) -> ContextState | None:
