@@ -1,13 +1,16 @@
 """``lmdb://PATH``: the embedded default store.
 
-One LMDB environment, fsync on every commit, a large sparse map. Queued
-writes (``put_async``/``delete_async``) run on one dedicated thread, which
-keeps the sidecar's event loop off the disk while other calls wait; ``put``
-and ``delete`` commit on the calling thread, which the sidecar uses while it
-has nothing else to do (INLINE_WRITES: a commit on a local disk costs less
-than two thread hand-offs). LMDB allows one write transaction at a time, so
-either kind waits for the other. Reads are memory-mapped and run wherever
-they are called.
+One LMDB environment, fsync on every commit, a large sparse map. An
+:class:`~ctxd_sidecar.plugin.AsyncStore`: the sidecar awaits ``aput`` and
+``adelete`` on its event loop, and the store schedules them. Queued writes
+(``queue_put``/``queue_delete``) run on one dedicated thread, which keeps
+the event loop off the disk while other calls wait; while nothing else waits
+for the loop (the sidecar's ``idle``, see ``bind``) a write commits on it
+instead, as ``put`` and ``delete`` do on the calling thread (a commit on a
+local disk costs less than two thread hand-offs), unless commits have been
+slow lately (:data:`INLINE_WRITE_BUDGET_S`). LMDB allows one write
+transaction at a time, so either kind waits for the other. Reads are
+memory-mapped and run wherever they are called.
 
 Group commit: writes queued while the writer is busy are applied in one
 transaction and made durable by one fsync, and each caller is answered only
@@ -30,7 +33,8 @@ import os
 import queue
 import re
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -38,11 +42,11 @@ import lmdb
 from pydantic import field_validator
 
 from ctxd_sidecar.plugin import (
+    AsyncStore,
     CallStyle,
     Capability,
     Item,
     PreconditionFailed,
-    Store,
     StoreError,
     StoreFull,
     StoreOptions,
@@ -62,6 +66,21 @@ def parse_size(text: str) -> int:
     return int(m.group(1)) * _UNITS[m.group(2).lower()]
 
 
+#: Inline writes are paused while their running mean (seconds) exceeds this.
+#: A commit on a local disk takes well under it (0.3-1 ms with its fsyncs on
+#: a 2-core VM); a disk that takes longer would hold up a call arriving
+#: meanwhile for far longer than the thread hand-off it saves (0.1-0.3 ms).
+INLINE_WRITE_BUDGET_S = 0.005
+#: How long a pause lasts before inline writes are tried (and timed) again.
+INLINE_WRITE_PAUSE_S = 30.0
+#: Weight of the newest inline write in the running mean.
+_INLINE_WEIGHT = 0.2
+
+
+def _never() -> bool:
+    return False
+
+
 #: Held (flock) by the one process that has the directory open.
 LOCK_FILE = "ctxd.lock"
 
@@ -79,12 +98,10 @@ def _free_bytes(path: str) -> int | None:
     return fs.f_bavail * fs.f_frsize
 
 
-class LmdbStore(Store):
+class LmdbStore(AsyncStore):
     name = "lmdb"
     capabilities = frozenset({Capability.LIST, Capability.DELETE, Capability.CONDITIONAL_PUT})
-    call_style = frozenset(
-        {CallStyle.INLINE_READS, CallStyle.ASYNC_WRITES, CallStyle.INLINE_WRITES}
-    )
+    call_style = frozenset({CallStyle.INLINE_READS})
     max_key_bytes = 511  # LMDB's compiled-in MDB_MAXKEYSIZE
     #: Most writes applied in one group-committed transaction.
     max_batch = 256
@@ -121,6 +138,8 @@ class LmdbStore(Store):
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._writer = threading.Thread(target=self._write_loop, name="lmdb-writer", daemon=True)
         self._writer.start()
+        #: When a write awaited on the event loop may commit there.
+        self.inline = InlineWrites()
 
     # -- reads --------------------------------------------------------------
     def get(self, key: str) -> Item | None:
@@ -156,11 +175,30 @@ class LmdbStore(Store):
         with self._write_txn() as txn:
             _delete(txn, key.encode(), if_version)
 
-    def put_async(self, key, value, *, if_version=None, if_absent=False):
+    def queue_put(self, key, value, *, if_version=None, if_absent=False):
+        """Queue one put to the writer thread: a future of the running loop
+        (a thread future off a loop), answered after its group's commit."""
         return self._submit(_put, key.encode(), bytes(value), if_version, if_absent)
 
-    def delete_async(self, key, *, if_version=None):
+    def queue_delete(self, key, *, if_version=None):
+        """Queue one delete to the writer thread (the futures of :meth:`queue_put`)."""
         return self._submit(_delete, key.encode(), if_version)
+
+    # -- writes on the sidecar's event loop ----------------------------------------------
+    def bind(self, idle: Callable[[], bool]) -> None:
+        self.inline.idle = idle
+
+    async def aput(self, key, value, *, if_version=None, if_absent=False) -> str:
+        if self.inline.now():
+            with self.inline.timed():
+                return self.put(key, value, if_version=if_version, if_absent=if_absent)
+        return await self.queue_put(key, value, if_version=if_version, if_absent=if_absent)
+
+    async def adelete(self, key, *, if_version=None) -> None:
+        if self.inline.now():
+            with self.inline.timed():
+                return self.delete(key, if_version=if_version)
+        await self.queue_delete(key, if_version=if_version)
 
     def _submit(self, fn, *args) -> asyncio.Future | concurrent.futures.Future:
         try:
@@ -254,6 +292,37 @@ class LmdbStore(Store):
 
     def describe(self) -> str:
         return f"lmdb (map_size={self.map_size})"
+
+
+class InlineWrites:
+    """Whether a write may commit on the sidecar's event loop right now:
+    nothing else waits for the loop (``idle``, the sidecar's answer) and
+    inline commits are not paused. While they are slow (a disk that is busy
+    or remote) they pause, so queued writes keep the loop free."""
+
+    def __init__(self) -> None:
+        self.idle: Callable[[], bool] = _never
+        self.budget = INLINE_WRITE_BUDGET_S
+        self.pause = INLINE_WRITE_PAUSE_S
+        #: Writes committed on the event loop so far.
+        self.commits = 0
+        self._mean = 0.0
+        self._paused_until = 0.0
+
+    def now(self) -> bool:
+        return time.perf_counter() >= self._paused_until and self.idle()
+
+    @contextlib.contextmanager
+    def timed(self) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.commits += 1
+            self._mean += (time.perf_counter() - started - self._mean) * _INLINE_WEIGHT
+            if self._mean > self.budget:
+                self._paused_until = time.perf_counter() + self.pause
+                self._mean = 0.0
 
 
 class _Write:

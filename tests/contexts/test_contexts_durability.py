@@ -276,9 +276,9 @@ def test_registry_caps_evict_and_restore_lazily(start_sidecar, store_uri_for, ba
             text = f"{cid} r{round_} " + "w" * 900
             append(c, cid, user(text))
             msgs.append(text)
-            assert len(svc.registry) <= 3
-            assert svc.registry.bytes <= 20_000
-    assert svc.registry.evictions > 0
+            assert len(svc._registry) <= 3
+            assert svc._registry.bytes <= 20_000
+    assert svc._registry.evictions > 0
     for cid, msgs in expected.items():
         ctx = full(c, cid)
         assert texts(ctx) == msgs and ctx.version == 6

@@ -370,7 +370,7 @@ def test_truncated_ranges_are_forgotten_once_no_segment_holds_them(start_sidecar
             c.append_turn("retry", [{"user": {"text": f"q{i}"}}, {"user": {"text": f"x{i}"}}])
             c.truncate("retry", count=1)
         sc.extra["handle"].call(service.checkpoint_now("retry"))
-        state = service.registry.peek("retry").state
+        state = service._registry.peek("retry").state
         assert len(state.cut) == 30
         c.compact("retry", keep_last=2)
         c.append_turn("retry", [{"user": {"text": "last"}}])

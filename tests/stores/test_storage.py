@@ -23,6 +23,7 @@ from ctxd_sidecar.core.errors import Conflict, InvalidArgument, LimitExceeded, U
 from ctxd_sidecar.core.storage import TOMBSTONE, Storage
 from ctxd_sidecar.plugin.manager import open_store
 from ctxd_sidecar.plugin.store import (
+    AsyncStore,
     CallStyle,
     Capability,
     Item,
@@ -404,19 +405,18 @@ def test_call_style_is_read_apart_from_capabilities():
         call_style = frozenset()
 
     storage = Storage(InlineReads())
-    assert storage.inline_reads and not storage.inline_writes and not storage._async_writes
+    assert storage.inline_reads and not storage._awaited
     assert storage.capabilities == frozenset({LIST, DELETE, CAS})
     assert not Storage(Threaded()).inline_reads
     assert not Storage(LimitedStore({LIST})).inline_reads
-    lmdb_style = LmdbStore.call_style
-    assert lmdb_style == {CallStyle.INLINE_READS, CallStyle.ASYNC_WRITES, CallStyle.INLINE_WRITES}
+    assert LmdbStore.call_style == {CallStyle.INLINE_READS}
     assert not set(LmdbStore.capabilities) & set(CallStyle)
 
 
 async def test_async_writes_are_awaited_on_the_stores_own_thread(tmp_path, storage_for):
     store = LmdbStore(str(tmp_path / "lmdb"), map_size=64 << 20)
     storage = storage_for(store)
-    assert storage.inline_reads and storage._async_writes
+    assert storage.inline_reads and storage._awaited
     version = await storage.put("k", b"v")
     assert (await storage.get("k")).version == version
     await storage.delete("k", if_version=version)
@@ -454,60 +454,76 @@ def test_store_hooks_serve_one_scheme_through_pluggy():
     assert len(opened) == 1
 
 
-# -- writes on the event loop (INLINE_WRITES) --------------------------------------------
+# -- writes the store schedules (AsyncStore) ---------------------------------------------
 def _always() -> bool:
     return True
 
 
-async def test_writes_commit_inline_only_while_the_loop_is_idle(tmp_path, storage_for):
-    """LMDB declares INLINE_WRITES: a write commits on the event loop while
-    ``idle`` says nothing else waits, and is queued to the writer thread
-    otherwise (and by default, before a server says anything)."""
-    observer = RecordingObserver()
-    storage = storage_for(LmdbStore(str(tmp_path / "lmdb"), map_size=64 << 20), observer=observer)
-    assert storage.inline_writes
-    storage.inline_write_budget = float("inf")  # a loaded disk must not pause them here
+async def test_lmdb_commits_inline_only_while_the_loop_is_idle(tmp_path, storage_for):
+    """LMDB, an AsyncStore, commits a write on the event loop while the
+    ``idle`` the sidecar bound says nothing else waits, and queues it to its
+    writer thread otherwise (and by default, before a server says anything)."""
+    store = LmdbStore(str(tmp_path / "lmdb"), map_size=64 << 20)
+    storage = storage_for(store)
+    store.inline.budget = float("inf")  # a loaded disk must not pause them here
     first = await storage.put("k", b"queued")
-    storage.idle = _always
+    assert store.inline.commits == 0
+    store.bind(_always)
     second = await storage.put("k", b"inline", if_version=first)
     with pytest.raises(Conflict):  # a stale precondition, inline as queued
         await storage.put("k", b"lost", if_version=first)
     await storage.delete("k", if_version=second)
-    storage.idle = lambda: False
+    assert store.inline.commits == 3
+    store.bind(lambda: False)
     await storage.put("k", b"queued again", if_absent=True)
-    assert [op for _, op, _ in observer.calls] == [
-        "put",
-        "put_inline",
-        "put_inline",
-        "delete_inline",
-        "put",
-    ]
+    assert store.inline.commits == 3
     assert (await storage.get("k")).value == b"queued again"
 
 
-async def test_a_store_without_inline_writes_is_never_written_on_the_loop(storage_for):
-    observer = RecordingObserver()
-    storage = storage_for(LimitedStore({LIST, DELETE, CAS}), observer=observer)
-    storage.idle = _always
-    await storage.put("k", b"v")
+async def test_storage_binds_idle_and_awaits_an_async_store(storage_for):
+    """The door: Storage hands an AsyncStore its ``idle`` once and awaits its
+    aput/adelete on the loop; a plain Store's writes go to worker threads."""
+
+    class Awaited(AsyncStore, MemoryStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls: list[tuple[str, bool]] = []
+            self.idle = None
+
+        def bind(self, idle):
+            self.idle = idle
+
+        async def aput(self, key, value, *, if_version=None, if_absent=False):
+            self.calls.append(("aput", threading.current_thread() is threading.main_thread()))
+            return self.put(key, value, if_version=if_version, if_absent=if_absent)
+
+        async def adelete(self, key, *, if_version=None):
+            self.calls.append(("adelete", threading.current_thread() is threading.main_thread()))
+            self.delete(key, if_version=if_version)
+
+    store = Awaited()
+    storage = storage_for(store, idle=_always)
+    assert store.idle is _always
+    version = await storage.put("k", b"v")
+    assert (await storage.get("k")).version == version
     await storage.delete("k")
-    assert not storage.inline_writes
-    assert [op for _, op, _ in observer.calls] == ["put", "delete"]
+    assert store.calls == [("aput", True), ("adelete", True)]
+    assert not storage_for(LimitedStore({LIST, DELETE, CAS}))._awaited
 
 
 async def test_slow_inline_writes_pause_until_the_pause_ends(tmp_path, storage_for):
     """A disk slower than the budget would stall calls arriving during a
     commit: inline writes stop for a while, then are tried again."""
-    observer = RecordingObserver()
-    storage = storage_for(LmdbStore(str(tmp_path / "lmdb"), map_size=64 << 20), observer=observer)
-    storage.idle = _always
-    storage.inline_write_budget = 0.0  # every commit is "slow"
-    storage.inline_write_pause = 0.2
+    store = LmdbStore(str(tmp_path / "lmdb"), map_size=64 << 20)
+    storage = storage_for(store, idle=_always)
+    store.inline.budget = 0.0  # every commit is "slow"
+    store.inline.pause = 0.2
     await storage.put("a", b"1")
     await storage.put("b", b"2")
+    assert store.inline.commits == 1
     await asyncio.sleep(0.25)
     await storage.put("c", b"3")
-    assert [op for _, op, _ in observer.calls] == ["put_inline", "put", "put_inline"]
+    assert store.inline.commits == 2
 
 
 # -- LMDB failure modes ---------------------------------------------------------------------
@@ -515,8 +531,9 @@ async def test_slow_inline_writes_pause_until_the_pause_ends(tmp_path, storage_f
 async def test_lmdb_map_full_is_a_clear_limit_and_the_store_keeps_working(
     tmp_path, storage_for, idle
 ):
-    storage = storage_for(open_store(f"lmdb://{tmp_path / 'tiny'}?map_size=1MiB"))
-    storage.idle = lambda: idle
+    storage = storage_for(
+        open_store(f"lmdb://{tmp_path / 'tiny'}?map_size=1MiB"), idle=lambda: idle
+    )
     await storage.put("small", b"kept")
     with pytest.raises(LimitExceeded) as err:
         await storage.put("big", b"\x01" * (2 << 20))
@@ -678,11 +695,11 @@ def test_lmdb_writer_survives_cancelled_callers(tmp_path):
     writer thread for everyone else."""
     store = LmdbStore(str(tmp_path / "env"), map_size=64 << 20)
     try:
-        futures = [store.put_async(f"k{i}", b"v") for i in range(200)]
+        futures = [store.queue_put(f"k{i}", b"v") for i in range(200)]
         cancelled = sum(f.cancel() for f in futures[100:])
         for f in futures[:100]:
             f.result(timeout=30)
-        assert store.put_async("after", b"ok").result(timeout=10)  # the writer is alive
+        assert store.queue_put("after", b"ok").result(timeout=10)  # the writer is alive
         assert store.get("after").value == b"ok"
         assert len(store.list("k")) == 200 - cancelled  # cancelled writes never ran
     finally:
@@ -703,14 +720,14 @@ def test_lmdb_writer_drops_writes_cancelled_on_the_loop(tmp_path):
 
         held = store._submit(hold)
         assert await asyncio.to_thread(entered.wait, 30)
-        futures = [store.put_async(f"k{i}", b"v") for i in range(50)]
+        futures = [store.queue_put(f"k{i}", b"v") for i in range(50)]
         for f in futures[25:]:
             f.cancel()
         gate.set()
         await held
         done = await asyncio.gather(*futures, return_exceptions=True)
         assert all(isinstance(v, str) for v in done[:25])
-        await store.put_async("after", b"ok")
+        await store.queue_put("after", b"ok")
         return len(store.list("k"))
 
     try:
@@ -718,35 +735,3 @@ def test_lmdb_writer_drops_writes_cancelled_on_the_loop(tmp_path):
         assert store.get("after").value == b"ok"
     finally:
         store.close()
-
-
-async def test_storage_awaits_thread_futures_from_async_write_stores():
-    """A store written to the first ASYNC_WRITES contract returns
-    concurrent.futures.Future even on the loop; the sidecar still awaits it."""
-    import concurrent.futures
-
-    class ThreadFutures(MemoryStore):
-        call_style = frozenset({CallStyle.ASYNC_WRITES})
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.pool = concurrent.futures.ThreadPoolExecutor(1)
-
-        def put_async(self, key, value, *, if_version=None, if_absent=False):
-            return self.pool.submit(
-                self.put, key, value, if_version=if_version, if_absent=if_absent
-            )
-
-        def delete_async(self, key, *, if_version=None):
-            return self.pool.submit(self.delete, key, if_version=if_version)
-
-    store = ThreadFutures()
-    storage = Storage(store)
-    try:
-        version = await storage.put("memory/k", b"v")
-        assert (await storage.get("memory/k")).version == version
-        await storage.delete("memory/k")
-        assert await storage.get("memory/k") is None
-    finally:
-        await storage.close()
-        store.pool.shutdown()

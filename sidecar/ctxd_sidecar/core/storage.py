@@ -8,8 +8,9 @@ Domain code never talks to a :class:`ctxd_sidecar.plugin.store.Store` directly. 
   reachable;
 * runs blocking store calls in worker threads (or inline for stores that
   declare ``INLINE_READS``), so the event loop never waits on disk or network;
-  writes to a store that declares ``INLINE_WRITES`` run inline while nothing
-  else waits for the loop (:attr:`Storage.idle`) and the store stays fast;
+  an :class:`~ctxd_sidecar.plugin.store.AsyncStore` schedules its own writes
+  and is awaited instead (told, by ``idle``, when nothing else waits for the
+  loop);
 * serves DELETE with tombstones on stores that cannot delete;
 * turns store errors into domain errors;
 * reports every store call to a :class:`~ctxd_sidecar.core.observe.StoreObserver`.
@@ -27,6 +28,7 @@ from typing import TypeVar
 from ctxd_sidecar.core.errors import Conflict, InvalidArgument, LimitExceeded, Unavailable
 from ctxd_sidecar.core.observe import NullObserver, StoreObserver
 from ctxd_sidecar.plugin.store import (
+    AsyncStore,
     CallStyle,
     Capability,
     Item,
@@ -44,16 +46,6 @@ T = TypeVar("T")
 TOMBSTONE = b"\x00ctxd:tombstone"
 
 _CHANGED = "the record changed since it was read; re-read and retry"
-
-#: Inline writes are paused while their running mean (seconds) exceeds this.
-#: A commit on a local disk takes well under it (0.3-1 ms with its fsyncs on
-#: a 2-core VM); a disk that takes longer would hold up a call arriving
-#: meanwhile for far longer than the thread hand-off it saves (0.1-0.3 ms).
-INLINE_WRITE_BUDGET_S = 0.005
-#: How long a pause lasts before inline writes are tried (and timed) again.
-INLINE_WRITE_PAUSE_S = 30.0
-#: Weight of the newest inline write in the running mean.
-_INLINE_WEIGHT = 0.2
 
 
 def _never() -> bool:
@@ -90,20 +82,13 @@ class Storage:
         self.inline_reads = CallStyle.INLINE_READS in style
         self._pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="store")
         self._locks = [asyncio.Lock() for _ in range(64)]
-        self._async_writes: dict[Callable, Callable] = (
-            {store.put: store.put_async, store.delete: store.delete_async}
-            if CallStyle.ASYNC_WRITES in style
-            else {}
-        )
-        self.inline_writes = CallStyle.INLINE_WRITES in style
-        self._inline_ops = frozenset((store.put, store.delete) if self.inline_writes else ())
-        #: Whether nothing but the caller waits for the event loop (the server's
-        #: admission gate answers): only then may a write run inline.
-        self.idle = idle
-        self.inline_write_budget = INLINE_WRITE_BUDGET_S
-        self.inline_write_pause = INLINE_WRITE_PAUSE_S
-        self._inline_mean = 0.0
-        self._inline_paused_until = 0.0
+        #: Writes the store schedules itself (an AsyncStore), awaited on the loop.
+        self._awaited: dict[Callable, Callable] = {}
+        if isinstance(store, AsyncStore):
+            # Whether nothing but the caller waits for the event loop (the
+            # server's admission gate answers): the store may then commit inline.
+            store.bind(idle)
+            self._awaited = {store.put: store.aput, store.delete: store.adelete}
 
     @property
     def backend(self) -> str:
@@ -132,18 +117,11 @@ class Storage:
         started = time.perf_counter()
         error: str | None = None
         try:
-            if fn in self._inline_ops and self._inline_now(started):
-                op += "_inline"
-                try:
-                    return fn(*args, **kwargs)
-                finally:
-                    self._inline_took(time.perf_counter() - started)
-            submit = self._async_writes.get(fn)
-            if submit is not None:
-                # The store has its own writer thread: await its future
-                # instead of parking a worker thread on it (a future of this
-                # loop passes through wrap_future unchanged).
-                return await asyncio.wrap_future(submit(*args, **kwargs))
+            awaited = self._awaited.get(fn)
+            if awaited is not None:
+                # The store schedules the write: await it instead of parking
+                # a worker thread on it.
+                return await awaited(*args, **kwargs)
             return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
         except PreconditionFailed:
             raise Conflict(_CHANGED) from None
@@ -159,19 +137,6 @@ class Storage:
             raise Unavailable(f"store error: {exc}") from None
         finally:
             self.observer.store_op(self.backend, op, time.perf_counter() - started, error)
-
-    def _inline_now(self, now: float) -> bool:
-        """Whether a write may commit on the event loop right now: nothing
-        else is waiting for the loop, and inline writes are not paused."""
-        return now >= self._inline_paused_until and self.idle()
-
-    def _inline_took(self, seconds: float) -> None:
-        """Time one inline write; pause inline writes while they are slow
-        (a disk that is busy or remote), so queued writes keep the loop free."""
-        self._inline_mean += (seconds - self._inline_mean) * _INLINE_WEIGHT
-        if self._inline_mean > self.inline_write_budget:
-            self._inline_paused_until = time.perf_counter() + self.inline_write_pause
-            self._inline_mean = 0.0
 
     async def get(self, key: str) -> Item | None:
         return await self._get_full(self.full_key(key))

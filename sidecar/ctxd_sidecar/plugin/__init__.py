@@ -7,7 +7,8 @@ built-in plugins in ``plugins/`` use nothing else)::
 
 * hooks: :data:`hookimpl` (the marker; every hook is documented in
   :mod:`ctxd_sidecar.plugin.spec`);
-* stores: :class:`Store`, :class:`Item`, :class:`Capability` (what a store
+* stores: :class:`Store` (or :class:`AsyncStore` for a store that
+  schedules its own writes), :class:`Item`, :class:`Capability` (what a store
   can do), :class:`CallStyle` (how it likes to be called), the errors it
   raises, :func:`check_precondition` and :func:`content_version` for
   backends that compare and set themselves, and :func:`store_hooks` with
@@ -58,6 +59,7 @@ from ctxd_sidecar.core.errors import Unavailable
 from ctxd_sidecar.plugin.manager import open_store
 from ctxd_sidecar.plugin.spec import hookimpl
 from ctxd_sidecar.plugin.store import (
+    AsyncStore,
     CallStyle,
     Capability,
     Item,
@@ -74,6 +76,7 @@ from ctxd_sidecar.plugin.storehooks import StoreHooks, StoreOptions, parse_optio
 __all__ = [
     "ANSWER_SCHEMA",
     "DEFAULT_CAP",
+    "AsyncStore",
     "CallStyle",
     "Capability",
     "Config",

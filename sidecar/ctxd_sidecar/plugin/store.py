@@ -7,8 +7,11 @@ backends that cannot enumerate) lives in the sidecar, so a plugin author
 writes only what their backend does.
 
 Methods are synchronous and may block; the sidecar calls them from worker
-threads (or inline for backends whose :attr:`Store.call_style` says
-:attr:`CallStyle.INLINE_READS` or :attr:`CallStyle.INLINE_WRITES`).
+threads (reads inline for backends whose :attr:`Store.call_style` says
+:attr:`CallStyle.INLINE_READS`). A backend that schedules its own writes
+(a writer thread, group commit) subclasses :class:`AsyncStore` instead, as
+fsspec's ``AsyncFileSystem`` stands beside its ``AbstractFileSystem``: the
+sidecar then awaits its ``aput``/``adelete`` on the event loop.
 Keys are arbitrary non-empty UTF-8 strings already namespaced by the sidecar;
 values are bytes (possibly empty). :mod:`ctxd_sidecar.testing.store_conformance` checks
 a backend against this contract; ``examples/store-plugin`` is a complete
@@ -20,8 +23,6 @@ themselves share :func:`check_precondition` and :func:`content_version`.
 from __future__ import annotations
 
 import abc
-import asyncio
-import concurrent.futures
 import enum
 import hashlib
 from collections.abc import Callable
@@ -63,17 +64,6 @@ class CallStyle(enum.StrEnum):
     #: Reads are local and cheap (memory or mmap): the sidecar may call
     #: ``get`` on its event loop instead of in a worker thread.
     INLINE_READS = "inline_reads"
-    #: The store queues writes on a thread of its own and offers
-    #: ``put_async``/``delete_async`` returning futures: the sidecar then
-    #: awaits those instead of blocking a worker thread on ``put``/``delete``.
-    #: Called on a running event loop they return that loop's futures, so a
-    #: store can complete a whole group of writes with one wake-up of the loop.
-    ASYNC_WRITES = "async_writes"
-    #: ``put``/``delete`` commit on the calling thread, and a commit costs
-    #: less than handing it to another thread and back (a local disk). The
-    #: sidecar then writes on its event loop while no other call is waiting,
-    #: and queues (``ASYNC_WRITES``) or uses a worker thread otherwise.
-    INLINE_WRITES = "inline_writes"
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,24 +159,6 @@ class Store(abc.ABC):
         order, at most ``limit`` of them. Requires LIST."""
         raise NotImplementedError(f"{self.name} does not declare LIST")
 
-    def put_async(
-        self, key: str, value: bytes, *, if_version: str | None = None, if_absent: bool = False
-    ) -> asyncio.Future[str] | concurrent.futures.Future[str]:
-        """``put`` without blocking; only on stores declaring ASYNC_WRITES.
-
-        On a running event loop: an :class:`asyncio.Future` of that loop,
-        completed on it; elsewhere a :class:`concurrent.futures.Future`. (The
-        sidecar still accepts a thread future on the loop, as stores written
-        before this rule return.)"""
-        raise NotImplementedError(f"{self.name} does not declare ASYNC_WRITES")
-
-    def delete_async(
-        self, key: str, *, if_version: str | None = None
-    ) -> asyncio.Future[None] | concurrent.futures.Future[None]:
-        """``delete`` without blocking; only on stores declaring ASYNC_WRITES
-        (the same futures as :meth:`put_async`)."""
-        raise NotImplementedError(f"{self.name} does not declare ASYNC_WRITES")
-
     def watch(self, prefix: str, callback: Callable[[str | None], None]) -> Callable[[], None]:
         """Call ``callback`` (on a thread of the store's, so it must be quick
         and thread-safe) with each key written or deleted under ``prefix``;
@@ -202,6 +174,37 @@ class Store(abc.ABC):
     def describe(self) -> str:
         """A short description for logs, without credentials."""
         return self.name
+
+
+class AsyncStore(Store):
+    """A store that schedules its own writes: the sidecar awaits
+    :meth:`aput` and :meth:`adelete` on its event loop instead of running
+    ``put``/``delete`` in a worker thread.
+
+    For a backend with a writer of its own (LMDB's one write transaction at
+    a time, group-committed on a thread of the store's); a store that only
+    blocks is a plain :class:`Store`. ``put`` and ``delete`` stay: tools,
+    the migration and the conformance suite call them off the loop. Both
+    coroutines run on the sidecar's one event loop, must not block it for
+    longer than a local commit, and have ``put``'s and ``delete``'s
+    preconditions, errors and returns."""
+
+    def bind(self, idle: Callable[[], bool]) -> None:  # noqa: B027 - optional hook
+        """Called once by the sidecar before its first write: ``idle()``,
+        asked on the event loop, says whether nothing but the caller waits
+        for the loop (no other request in flight). A store may then commit
+        inline when that costs less than a hand-off to its own thread."""
+
+    @abc.abstractmethod
+    async def aput(
+        self, key: str, value: bytes, *, if_version: str | None = None, if_absent: bool = False
+    ) -> str:
+        """:meth:`Store.put`, awaited on the sidecar's event loop."""
+
+    @abc.abstractmethod
+    async def adelete(self, key: str, *, if_version: str | None = None) -> None:
+        """:meth:`Store.delete`, awaited on the sidecar's event loop (stores
+        without DELETE raise :class:`NotImplementedError`)."""
 
 
 # -- conveniences for plugin authors ------------------------------------------------------

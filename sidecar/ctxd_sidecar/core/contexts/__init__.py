@@ -12,14 +12,15 @@ Modules, from the use cases down to the record:
   (GetContext: the request checked whole and the one ``read`` that picks
   the pager) over :mod:`.views` (paged and incremental reads in transcript
   order) and :mod:`.pagetoken` (the page token both pagers write),
-  :mod:`.listing`, :mod:`.deletion`,
-  :mod:`.expiry`, :mod:`.truncation` (TruncateContext and CreateContext),
+  :mod:`.listing`, :mod:`.deletion` (with :mod:`.trash`: the deletion
+  layout and its purge), :mod:`.expiry`, :mod:`.truncation` (TruncateContext and CreateContext),
   :mod:`.compaction` (plan, apply, compact) with :mod:`.planref` (its
   stateless plan reference), :mod:`.auto` (the automatic trigger),
   :mod:`.cachefx` (its cache effect), :mod:`.redaction` (what leaves for a
   summariser) and :mod:`.compaction_report` (its fidelity, log line, metrics),
   :mod:`.planning` (plan and preflight), :mod:`.skillset`;
-* :mod:`.service`: the record keeper (load, catch up, read, watch);
+* :mod:`.service`: the record keeper (load, catch up, read, watch, with
+  :mod:`.follow` following other replicas for watchers);
   :mod:`.transaction`: the one commit protocol every change goes through;
 * :mod:`.history` (earlier versions: GetContext ``at_version``, ListVersions)
   and :mod:`.forks` (ForkContext, copy-on-write; :mod:`.lineage`: the keys

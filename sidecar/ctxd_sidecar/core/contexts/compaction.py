@@ -140,6 +140,44 @@ def _abandoned_notes(abandoned: list, turns: int) -> list[str]:
 
 
 # -- the use case ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Fold:
+    """A compaction decided on one state: what it folds and the log record
+    that commits it (``op`` compaction)."""
+
+    folded: int
+    before: int
+    after: int
+    evict: list[str]
+    fidelity: Fidelity
+    cache: CacheEffect
+    record: dict[str, Any]
+
+
+def _check_still_folds(st: ContextState, ref: PlanRef) -> None:
+    """Conflict unless ``st`` still begins with the messages ``ref`` planned
+    to fold, and folding them leaves no tool result without its call."""
+    msgs, n = st.messages, ref.count
+    if (
+        st.gen != ref.gen
+        or len(msgs) < n
+        or msgs[0].seq != ref.first
+        or msgs[n - 1].seq != ref.through
+        or digest(msgs[:n]) != ref.digest
+    ):
+        raise Conflict(
+            f"context {st.id}: the messages this plan folds changed since version "
+            f"{ref.base} (another compaction or a deletion); plan again"
+        )
+    answered = _answered_after(msgs, n)
+    if answered:
+        raise Conflict(
+            f"context {st.id}: tool call {answered} that this plan folds got its "
+            f"result after version {ref.base}, and folding the call would leave the "
+            "result without it; plan again"
+        )
+
+
 class Compactor:
     """Plan, apply and run compactions of contexts held by ``service``.
 
@@ -263,97 +301,81 @@ class Compactor:
     async def _commit(
         self, context_id: str, ref: PlanRef, addition: Summary, *, by: str, may_grow: bool = False
     ) -> ApplyResult:
-        out: dict[str, Any] = {}
-
-        def build(st: ContextState) -> dict[str, Any]:
-            msgs = st.messages
-            n = ref.count
-            if (
-                st.gen != ref.gen
-                or len(msgs) < n
-                or msgs[0].seq != ref.first
-                or msgs[n - 1].seq != ref.through
-                or digest(msgs[:n]) != ref.digest
-            ):
-                raise Conflict(
-                    f"context {st.id}: the messages this plan folds changed since version "
-                    f"{ref.base} (another compaction or a deletion); plan again"
-                )
-            answered = _answered_after(msgs, n)
-            if answered:
-                raise Conflict(
-                    f"context {st.id}: tool call {answered} that this plan folds got its "
-                    f"result after version {ref.base}, and folding the call would leave the "
-                    "result without it; plan again"
-                )
-            folded_tokens = sum(m.tokens for m in msgs[:n])
-            abandoned = self._abandoned(msgs, n)
-            notes = _abandoned_notes(abandoned, self.cfg.open_call_max_turns)
-            new = replace(addition, covers_messages=n, open=[*addition.open, *notes])
-            folded = self._redacted(st.id, msgs[:n])
-            merged = merge(
-                st.summary,
-                new,
-                cap=self.cfg.list_cap,
-                narrative_max_chars=self.cfg.narrative_max_chars,
-                now_ms=self.service.now(),
-                folded=folded,
-                ledger_cap=LedgerCap(self.cfg.ledger_max_items, self.cfg.ledger_max_bytes),
-            )
-            fidelity = report.measure_fold(st, folded, merged, self.cfg.min_fidelity)
-            plan_text = [st.plan.render()] if st.plan is not None else []
-            evict = skills_to_evict(
-                [s.name for s in st.skills], msgs[n:], also_referenced_in=plan_text
-            )
-            before = st.est_tokens
-            after = st.calibration.apply(st.msg_tokens - folded_tokens + _block_tokens(merged, st))
-            if after > before and not may_grow:
-                raise WouldGrow(
-                    f"context {st.id}: folding {n} messages ({folded_tokens} tokens) into this "
-                    f"summary would take the context from {before} to {after} tokens; a "
-                    "compaction never makes a context larger (fold more, or answer shorter)"
-                )
-            out.update(folded=n, before=before, after=after, evict=evict, fidelity=fidelity)
-            out["cache"] = cache_effect(st, merged, n)
-            record = new_record(
-                first=ref.first,
-                through=ref.through,
-                folded=n,
-                before=before,
-                after=after,
-                artifacts=len(merged.ledger),
-                by=by,
-                fidelity=fidelity.to_dict(),
-            )
-            return {
-                "op": OP,
-                "through": ref.through,
-                "summary": merged.to_dict(),
-                "evict": evict,
-                "abandoned": [[c.id, c.name, c.arguments_json] for c in abandoned],
-                "folded": n,
-                "before": before,
-                "after": after,
-                "record": record,
-            }
-
-        st, _ = await self.service.change(context_id, build, event="compaction")
-        # Copied before awaiting: the record is the live object.
-        record = dict(st.compactions[-1]) if st.compactions else None
-        result = ApplyResult(
-            version=st.version,
-            folded=out["folded"],
-            tokens_before=out["before"],
-            tokens_after=st.est_tokens,
-            summary=Summary.from_dict(st.summary.to_dict()),
-            evicted_skills=list(out["evict"]),
-            cache=out["cache"],
-            record=record,
-            fidelity=out["fidelity"],
-        )
+        """Decide the fold on the state the transaction holds and commit it
+        (deciding again after a lost race), then let plugins act on it."""
+        async with self.service.transaction(context_id) as tx:
+            while await tx.next():
+                fold = self._fold(tx.state, ref, addition, by=by, may_grow=may_grow)
+                if await tx.commit({**fold.record, "ts": self.service.now()}, event="compaction"):
+                    st = tx.state
+                    # Copied before awaiting: the record is the live object.
+                    record = dict(st.compactions[-1]) if st.compactions else None
+                    kept = list(st.messages)
+                    result = ApplyResult(
+                        version=st.version,
+                        folded=fold.folded,
+                        tokens_before=fold.before,
+                        tokens_after=st.est_tokens,
+                        summary=Summary.from_dict(st.summary.to_dict()),
+                        evicted_skills=list(fold.evict),
+                        cache=fold.cache,
+                        record=record,
+                        fidelity=fold.fidelity,
+                    )
+                    break
+            else:
+                raise AssertionError("unreachable: Missing.NOT_FOUND raises")
         if record is not None:
-            await self._after_compaction(context_id, record, list(st.messages))
+            await self._after_compaction(context_id, record, kept)
         return result
+
+    def _fold(
+        self, st: ContextState, ref: PlanRef, addition: Summary, *, by: str, may_grow: bool
+    ) -> Fold:
+        """The fold of ``ref``'s messages into the summary, decided on ``st``
+        (domain errors when the plan no longer fits it; nothing is written)."""
+        msgs, n = st.messages, ref.count
+        _check_still_folds(st, ref)
+        folded_tokens = sum(m.tokens for m in msgs[:n])
+        abandoned = self._abandoned(msgs, n)
+        notes = _abandoned_notes(abandoned, self.cfg.open_call_max_turns)
+        new = replace(addition, covers_messages=n, open=[*addition.open, *notes])
+        folded = self._redacted(st.id, msgs[:n])
+        merged = merge(
+            st.summary,
+            new,
+            cap=self.cfg.list_cap,
+            narrative_max_chars=self.cfg.narrative_max_chars,
+            now_ms=self.service.now(),
+            folded=folded,
+            ledger_cap=LedgerCap(self.cfg.ledger_max_items, self.cfg.ledger_max_bytes),
+        )
+        fidelity = report.measure_fold(st, folded, merged, self.cfg.min_fidelity)
+        plan_text = [st.plan.render()] if st.plan is not None else []
+        evict = skills_to_evict([s.name for s in st.skills], msgs[n:], also_referenced_in=plan_text)
+        before = st.est_tokens
+        after = st.calibration.apply(st.msg_tokens - folded_tokens + _block_tokens(merged, st))
+        if after > before and not may_grow:
+            raise WouldGrow(
+                f"context {st.id}: folding {n} messages ({folded_tokens} tokens) into this "
+                f"summary would take the context from {before} to {after} tokens; a "
+                "compaction never makes a context larger (fold more, or answer shorter)"
+            )
+        kept = dict(first=ref.first, through=ref.through, folded=n, before=before, after=after)
+        record = {
+            "op": OP,
+            "through": ref.through,
+            "summary": merged.to_dict(),
+            "evict": evict,
+            "abandoned": [[c.id, c.name, c.arguments_json] for c in abandoned],
+            "folded": n,
+            "before": before,
+            "after": after,
+            "record": new_record(
+                **kept, artifacts=len(merged.ledger), by=by, fidelity=fidelity.to_dict()
+            ),
+        }
+        return Fold(n, before, after, evict, fidelity, cache_effect(st, merged, n), record)
 
     def _redacted(self, context_id: str, msgs: list[Msg]) -> list:
         """The messages as they may leave ctxd for a summariser model."""

@@ -57,7 +57,7 @@ class Expiry:
         closed = 0
         after = ""
         while True:
-            batch = await svc.index.scan("", start_after=after, limit=SWEEP_PAGE)
+            batch = await svc.heads("", after, SWEEP_PAGE)
             for name, item in batch:
                 after = name
                 if name == ROOT_ID:

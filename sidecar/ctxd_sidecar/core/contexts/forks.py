@@ -65,8 +65,7 @@ class Forks:
         st = await self._state_at(src, at_version)
         self._make_fork(st, src, new_id, key, existing)
         await self._write(st)
-        async with svc.registry.use(new_id) as e:
-            e.stale = True  # read it from the store from now on
+        svc.invalidate(new_id)  # read it from the store from now on
         return st.info()
 
     def _replayed(self, existing: ContextState, key: str) -> ContextInfo:
@@ -119,9 +118,8 @@ class Forks:
             if not storage.can_list:
                 await storage.put(f"{FORKED}/{aid}/{agen}", b"1")
         await storage.put(f"{FORKS}/{st.id}/{st.gen}", json.dumps(st.lineage).encode())
-        await svc.index.add(st.id)
         try:
-            await svc.store.checkpoint(st)
+            await svc.create(st, whole=True)
         except Conflict:
             existing = await svc.read(st.id, latest=True)
             if existing is not None and existing.exists:

@@ -15,7 +15,7 @@ import re
 
 from ctxd_sidecar.core.contexts import validate
 from ctxd_sidecar.core.contexts.model import CONVERSATION, ROOT, ROOT_ID, ContextInfo
-from ctxd_sidecar.core.contexts.persistence import Damaged, NeedsFullRestore
+from ctxd_sidecar.core.contexts.persistence import Damaged
 from ctxd_sidecar.core.contexts.service import ContextService
 from ctxd_sidecar.core.errors import InvalidArgument
 from ctxd_sidecar.plugin.store import Item
@@ -69,7 +69,7 @@ class Listing:
         exhausted = False
         while len(out) < size:
             want = size - len(out)
-            batch = await self.contexts.index.scan(id_prefix, start_after=after, limit=want)
+            batch = await self.contexts.heads(id_prefix, after, want)
             infos = await asyncio.gather(*(self.listed(name, item) for name, item in batch))
             for (name, _), info in zip(batch, infos, strict=True):
                 after = name
@@ -87,16 +87,8 @@ class Listing:
         """Info of a listed context: from memory if resident (unless other
         replicas may have changed it), else from its head and log tail (no
         segments)."""
-        svc = self.contexts
-        e = svc.registry.peek(cid)
-        if e is not None and e.state is not None and not e.stale and not svc.check_reads:
-            return e.state.info() if e.state.exists else None
         try:
-            head = svc.store.parse_head(cid, item)
-            try:
-                st = await svc.store.restore(cid, loaded=False, head=(head, item.version))
-            except NeedsFullRestore:
-                st = await svc.read(cid)
+            st = await self.contexts.listed(cid, item)
         except Damaged as exc:
             log.error("context skipped in listing", extra={"context": cid, "error": str(exc)})
             return None

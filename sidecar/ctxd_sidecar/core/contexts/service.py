@@ -1,8 +1,11 @@
 """The record keeper of contexts: load, commit, read.
 
 :class:`ContextService` owns the registry (the in-memory LRU) and the durable
-layout. Every change of a context commits through one protocol,
-:meth:`ContextService.transaction` (:mod:`.transaction`);
+layout, and keeps both to itself: the use cases beside it call its methods
+(:meth:`ContextService.heads` pages the listed ids, :meth:`ContextService.listed`
+summarises one) and :mod:`.trash` holds the deletion layout. Every change
+of a context commits through one protocol, :meth:`ContextService.transaction`
+(:mod:`.transaction`);
 :meth:`ContextService.change` is its short form for a change decided from
 the state alone (declare the record's op in :mod:`ctxd_sidecar.core.contexts.ops`).
 Committed changes are announced on :attr:`ContextService.feed`.
@@ -24,24 +27,25 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from ctxd_sidecar.config import ContextsConfig
-from ctxd_sidecar.core import changefeed
 from ctxd_sidecar.core.contexts import archive, validate
 from ctxd_sidecar.core.contexts.checkpoints import Checkpointer
 from ctxd_sidecar.core.contexts.events import ContextEvent, EventFeed, Subscription
+from ctxd_sidecar.core.contexts.follow import Followers
 from ctxd_sidecar.core.contexts.janitor import Janitor
 from ctxd_sidecar.core.contexts.model import CONVERSATION, ROOT, ROOT_ID, ContextState, Msg
 from ctxd_sidecar.core.contexts.ops import DamagedRecord, apply_record, event_of
 from ctxd_sidecar.core.contexts.persistence import (
     HEADS,
-    TRASH,
     ContextStore,
     HeadMoved,
+    NeedsFullRestore,
     cleanup_for,
     log_key,
     not_found,
 )
 from ctxd_sidecar.core.contexts.registry import Entry, Registry
 from ctxd_sidecar.core.contexts.transaction import COMMIT_ATTEMPTS, Missing, Transaction
+from ctxd_sidecar.core.contexts.trash import Trash
 from ctxd_sidecar.core.errors import Conflict, CtxdError, InvalidArgument
 from ctxd_sidecar.core.keyindex import KeyIndex
 from ctxd_sidecar.core.observe import ContextsObserver
@@ -69,16 +73,19 @@ class ContextService:
         observer: ContextsObserver | None = None,
     ) -> None:
         self.config, self.storage = config, storage
+        #: Other sidecars may write the same store.
+        self.shared = storage.shared
         #: Seconds folded messages stay stored for ExpandCompaction (0: not kept).
         self.archive_ttl = archive_ttl
         #: Wall-clock milliseconds; replaceable (tests move time forward).
         self.clock = clock
         self.store = ContextStore(
-            storage, idem_cap=config.idempotency_keys, archive_ttl_ms=int(archive_ttl * 1000)
+            storage,
+            idem_cap=config.idempotency_keys,
+            archive_ttl_ms=int(archive_ttl * 1000),
+            history_ttl_ms=int(config.history_ttl * 1000),
         )
-        self.store.history_ttl_ms = int(config.history_ttl * 1000)
-        self.index = KeyIndex(storage, HEADS)
-        self.trash = KeyIndex(storage, TRASH)
+        self._index = KeyIndex(storage, HEADS)
         self.janitor = Janitor(batch=8 if self.store.remote else 1)
         self.feed = EventFeed()
         self.checkpoints = Checkpointer(
@@ -88,19 +95,22 @@ class ContextService:
             every=config.checkpoint_every,
             every_bytes=config.checkpoint_bytes,
         )
-        self.registry = Registry(
+        self._registry = Registry(
             config.cache_max_contexts, config.cache_max_bytes, self.checkpoints.on_evict, observer
         )
         self._tasks: set[asyncio.Task] = set()
-        self._followers: dict[str, asyncio.Task] = {}
         self.root_ready = False
         #: Reads check the store for other replicas' writes (shared stores,
         #: unless ``contexts.read_consistency = "cached"``).
         self.check_reads = storage.shared and config.read_consistency != "cached"
-        self.watch_poll = config.watch_poll_interval
         #: Seconds a deletion's fence is held: only replicas need it.
         self.fence_hold = config.fence_hold if storage.shared else 0.0
         self.reverify_after = self.fence_hold / 2
+        #: The deletion layout and purge (:mod:`.trash`), for :mod:`.deletion`.
+        self.trash = Trash(
+            storage, self.store, self._index, self.janitor, self.now, self.fence_hold
+        )
+        self._followers = Followers(storage, self.feed, self.read, config.watch_poll_interval)
 
     # -- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -112,9 +122,8 @@ class ContextService:
     async def stop(self, timeout: float = 10.0) -> None:
         """Checkpoint what is resident (so a restart restores quickly) and
         finish background work, within ``timeout`` seconds."""
-        for task in self._followers.values():
-            task.cancel()
-        self.checkpoints.all_dirty(self.registry.entries())
+        self._followers.stop()
+        self.checkpoints.all_dirty(self._registry.entries())
         deadline = asyncio.get_running_loop().time() + timeout
         pending = [t for t in self._tasks if not t.done()]
         if pending:
@@ -181,7 +190,7 @@ class ContextService:
         """The context's state; with ``latest`` on a shared store, first
         checked against the store (one small read: the next log record)."""
         latest = latest and self.storage.shared
-        async with self.registry.use(cid) as e:
+        async with self._registry.use(cid) as e:
             if e.state is None or e.stale or latest:
                 async with e.lock:
                     # Decided under the lock: a restore that finished while
@@ -213,15 +222,15 @@ class ContextService:
                 await self.load(e)
         e.verified = time.monotonic()
 
-    async def create(self, st: ContextState) -> None:
-        """Make a new context durable (head at version 0, listed)."""
-        await self.index.add(st.id)
-        await self.store.create_head(st)
+    async def create(self, st: ContextState, *, whole: bool = False) -> None:
+        """Make a new context durable and listed (``whole``: a fork's one checkpoint)."""
+        await self._index.add(st.id)
+        await (self.store.checkpoint(st) if whole else self.store.create_head(st))
 
     async def ensure_root(self) -> None:
         if self.root_ready:
             return
-        async with self.registry.use(ROOT_ID) as e, e.lock:
+        async with self._registry.use(ROOT_ID) as e, e.lock:
             st = await self.load(e)
             if st.head_etag is None:
                 try:
@@ -231,11 +240,6 @@ class ContextService:
         self.root_ready = True
 
     # -- committing (for :mod:`.transaction`) --------------------------------------------------
-    @property
-    def shared(self) -> bool:
-        """Other sidecars may write the same store."""
-        return self.storage.shared
-
     async def write(
         self, e: Entry, st: ContextState, rec: dict[str, Any], built: Sequence[Msg] | None = None
     ) -> None:
@@ -261,13 +265,34 @@ class ContextService:
 
     def resident(self, cid: str) -> ContextState | None:
         """The context's state if this replica holds it, without loading it."""
-        e = self.registry.peek(cid)
+        e = self._registry.peek(cid)
         return e.state if e is not None else None
+
+    async def heads(self, prefix: str, after: str, limit: int) -> list[tuple[str, Item]]:
+        """A page of the listed contexts in id order: (id, entry for :meth:`listed`)."""
+        return await self._index.scan(prefix, start_after=after, limit=limit)
+
+    async def listed(self, cid: str, item: Item) -> ContextState | None:
+        """A listed context's state for its summary: resident if fresh, else
+        from its head and log tail (no segments: do not read its messages)."""
+        e = self._registry.peek(cid)
+        if e is not None and e.state is not None and not e.stale and not self.check_reads:
+            return e.state
+        head = self.store.parse_head(cid, item)
+        try:
+            return await self.store.restore(cid, loaded=False, head=(head, item.version))
+        except NeedsFullRestore:
+            return await self.read(cid)
+
+    def invalidate(self, cid: str) -> None:
+        """Read ``cid`` from the store at its next use (written elsewhere)."""
+        if (e := self._registry.peek(cid)) is not None:
+            e.stale = True
 
     def forget(self, e: Entry) -> None:
         """Drop a context from memory (deleted or archived here)."""
         e.state = None
-        self.registry.drop(e)
+        self._registry.drop(e)
 
     async def refresh(
         self, e: Entry, *, lost_race: bool = False, first: Item | None = None
@@ -313,7 +338,7 @@ class ContextService:
         cid = validate.context_id(context_id)
         if expected_version is not None and expected_version < 0:
             raise InvalidArgument("expected_version", "must not be negative")
-        async with self.registry.use(cid) as e, e.lock:
+        async with self._registry.use(cid) as e, e.lock:
             yield Transaction(
                 self,
                 e,
@@ -392,40 +417,19 @@ class ContextService:
     # -- watching ----------------------------------------------------------------------------
     async def watch(self, context_id: str) -> Subscription:
         """Subscribe to a context's events (it must exist). On a shared store
-        the context is checked every ``watch_poll`` seconds while watched, so
-        the watcher also sees what other replicas commit."""
+        the context is followed while watched (:mod:`.follow`), so the
+        watcher also sees what other replicas commit."""
         st = await self.get(context_id)
         sub = self.feed.subscribe(st.id)
-        if self.storage.shared and st.id not in self._followers:
-            task = asyncio.create_task(self._follow(st.id), name=f"follow {st.id}")
-            self._followers[st.id] = task
+        self._followers.follow(st.id)
         return sub
 
     def unwatch(self, sub: Subscription) -> None:
         self.feed.unsubscribe(sub)
 
-    async def _follow(self, cid: str) -> None:
-        try:
-            while self.feed.watchers(cid):
-                await self._until_changed(cid)
-                try:
-                    await self.read(cid, latest=True)
-                except CtxdError as exc:
-                    log.debug(
-                        "watched context not checked", extra={"context": cid, "error": str(exc)}
-                    )
-        finally:
-            if self._followers.get(cid) is asyncio.current_task():
-                del self._followers[cid]
-
-    async def _until_changed(self, cid: str) -> None:
-        """Until another replica may have changed ``cid``: woken by the
-        store's change feed when it has one (CHANGE_FEED), else ``watch_poll``."""
-        await changefeed.wait(self.storage, changefeed.context_prefixes(cid), self.watch_poll)
-
     async def checkpoint_now(self, cid: str) -> bool:
         """Checkpoint a resident context at once (admin tools, tests)."""
-        e = self.registry.peek(cid)
+        e = self._registry.peek(cid)
         if e is None:
             return False
         return await self.checkpoints.checkpoint(e)
@@ -445,7 +449,7 @@ class ContextService:
         if output_tokens < 0:
             raise InvalidArgument("output_tokens", "must not be negative")
         validate.bounded(model, "model", validate.MAX_MODEL_NAME)
-        async with self.registry.use(cid) as e, e.lock:
+        async with self._registry.use(cid) as e, e.lock:
             st = await self.load(e)
             if st is None or not st.exists:
                 raise not_found(cid)

@@ -83,26 +83,6 @@ class DeclarationTests(StoreFixtures):
                 other.close()
         assert store.get("cap/key") == Item(b"original", version)
 
-    def _check_async_writes(self, store: Store, declared: bool, version: str) -> None:
-        if declared:
-            new_version = store.put_async("cap/key", b"changed").result(timeout=30)
-            assert store.get("cap/key") == Item(b"changed", new_version)
-        else:
-            attempts: list[Callable[[], object]] = [
-                lambda: store.put_async("cap/new", b"changed"),
-                lambda: store.delete_async("cap/key"),
-            ]
-            self._refused(store, attempts, version)
-
-    def _check_inline_writes(self, store: Store, declared: bool, version: str) -> None:
-        # A promise about cost, not an operation: ``put`` commits on the
-        # calling thread (the sidecar's event loop), so it is done on return.
-        if declared:
-            new_version = store.put("cap/key", b"changed")
-            assert store.get("cap/key") == Item(b"changed", new_version)
-        else:
-            assert store.get("cap/key") == Item(b"original", version)
-
     def _check_change_feed(self, store: Store, declared: bool, version: str) -> None:
         # Another process's write must reach a watcher (a second store opened
         # on the same data stands in for another replica); stopping works.

@@ -1,5 +1,6 @@
-"""Concurrency and lifecycle: parallel writers, the non-blocking writes of
-ASYNC_WRITES (or their refusal), flush/close, and data surviving a reopen."""
+"""Concurrency and lifecycle: parallel writers, the awaited writes of an
+:class:`~ctxd_sidecar.plugin.store.AsyncStore`, flush/close, and data
+surviving a reopen."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from ctxd_sidecar.plugin.store import CallStyle, Capability, Item, PreconditionFailed, Store
+from ctxd_sidecar.plugin.store import AsyncStore, Capability, Item, PreconditionFailed, Store
 from ctxd_sidecar.testing.store_conformance.base import StoreFixtures, declares, put_many
 
 
@@ -23,48 +24,35 @@ class ConcurrencyTests(StoreFixtures):
 
 
 class AsyncWriteTests(StoreFixtures):
-    def test_async_writes_behave_like_put_and_delete(self, store: Store) -> None:
-        if not declares(store, CallStyle.ASYNC_WRITES):
-            with pytest.raises(NotImplementedError):
-                store.put_async("async/k", b"v")
-            assert store.get("async/k") is None
-            return
-        futures = [store.put_async(f"async/{i}", f"v{i}".encode()) for i in range(50)]
-        versions = [f.result(timeout=30) for f in futures]
-        assert [store.get(f"async/{i}").version for i in range(50)] == versions
-        stale = store.put_async("async/0", b"x", if_version="stale")
-        fresh = store.put_async("async/1", b"y", if_version=versions[1])
-        clash = store.put_async("async/2", b"z", if_absent=True)
-        with pytest.raises(PreconditionFailed):
-            stale.result(timeout=30)
-        with pytest.raises(PreconditionFailed):
-            clash.result(timeout=30)
-        assert fresh.result(timeout=30) == store.get("async/1").version
-        store.delete_async("async/3").result(timeout=30)
-        assert store.get("async/3") is None
-        assert store.get("async/0").value == b"v0"
+    @pytest.mark.parametrize("idle", [False, True], ids=["busy", "idle"])
+    def test_awaited_writes_behave_like_put_and_delete(self, store: Store, idle: bool) -> None:
+        """``aput``/``adelete`` on one event loop, many at once, whether or
+        not the sidecar says its loop is idle: the same versions, refusals
+        and deletes as ``put``/``delete``; a failed precondition fails its
+        write alone."""
+        if not isinstance(store, AsyncStore):
+            pytest.skip("not an AsyncStore: the sidecar runs put/delete in worker threads")
+        store.bind(lambda: idle)
 
-    def test_async_writes_on_an_event_loop_are_that_loops_futures(self, store: Store) -> None:
-        """Called on a running loop, put_async/delete_async return futures of
-        that loop, completed on it; a failed precondition fails its write alone."""
-        if not declares(store, CallStyle.ASYNC_WRITES):
-            pytest.skip("the store does not declare ASYNC_WRITES")
+        async def writes() -> tuple[list[str], list[object]]:
+            versions = list(
+                await asyncio.gather(*(store.aput(f"a/{i}", f"v{i}".encode()) for i in range(20)))
+            )
+            refused = await asyncio.gather(
+                store.aput("a/0", b"again", if_absent=True),
+                store.aput("a/1", b"x", if_version="stale"),
+                store.aput("a/2", b"y", if_version=versions[2]),
+                return_exceptions=True,
+            )
+            await store.adelete("a/3")
+            return versions, refused
 
-        async def writes() -> tuple[list[str], BaseException | None]:
-            loop = asyncio.get_running_loop()
-            futures = [store.put_async(f"loop/{i}", f"v{i}".encode()) for i in range(20)]
-            clash = store.put_async("loop/0", b"again", if_absent=True)
-            assert all(asyncio.isfuture(f) and f.get_loop() is loop for f in futures)
-            versions = list(await asyncio.gather(*futures))
-            error = (await asyncio.gather(clash, return_exceptions=True))[0]
-            await store.delete_async("loop/1")
-            return versions, error
-
-        versions, error = asyncio.run(writes())
-        assert [store.get(f"loop/{i}").version for i in range(2, 20)] == versions[2:]
-        assert isinstance(error, PreconditionFailed)
-        assert store.get("loop/0").value == b"v0"
-        assert store.get("loop/1") is None
+        versions, (clash, stale, fresh) = asyncio.run(writes())
+        assert [store.get(f"a/{i}").version for i in (0, 1, 4)] == [versions[i] for i in (0, 1, 4)]
+        assert isinstance(clash, PreconditionFailed) and isinstance(stale, PreconditionFailed)
+        assert store.get("a/2") == Item(b"y", fresh)
+        assert store.get("a/0").value == b"v0"
+        assert store.get("a/3") is None
 
 
 class LifecycleTests(StoreFixtures):
