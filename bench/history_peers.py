@@ -89,7 +89,7 @@ def peers(ctx: Context):
             _thread(saver, "src", n)
             ids = (f"fork-{i}" for i in itertools.count())
             yield measure(
-                lambda: _checkpoint_fork(saver, next(ids)),
+                lambda saver=saver, ids=ids: _checkpoint_fork(saver, next(ids)),
                 calls,
                 name=LG_SQLITE.format(n=n),
                 group=GROUP,
@@ -144,7 +144,10 @@ def add_checks(report: Report) -> None:
     if not ctxd:
         return
     n = ctxd[-1].extra["turns"]
-    for row, what in ((LG_SQLITE, "LangGraph SqliteSaver checkpoint fork"), (AGENTS, "Agents SDK branch")):
+    for row, what in (
+        (LG_SQLITE, "LangGraph SqliteSaver checkpoint fork"),
+        (AGENTS, "Agents SDK branch"),
+    ):
         peer = by_name.get(row.format(n=n))
         if peer is None:
             continue

@@ -35,8 +35,8 @@ from collections import OrderedDict
 from ctxd_sidecar.core.contexts import validate
 from ctxd_sidecar.core.contexts.history import History
 from ctxd_sidecar.core.contexts.lineage import FORKED, FORKS, REFS
-from ctxd_sidecar.core.contexts.persistence import NeedsFullRestore
 from ctxd_sidecar.core.contexts.model import CONVERSATION, ROOT_ID, ContextInfo, ContextState
+from ctxd_sidecar.core.contexts.persistence import NeedsFullRestore
 from ctxd_sidecar.core.contexts.service import ContextService
 from ctxd_sidecar.core.errors import AlreadyExists, Conflict, InvalidArgument, Unavailable
 
