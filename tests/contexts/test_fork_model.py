@@ -143,6 +143,8 @@ def machine_for(replicas, service_of, run):
         @rule(data=st.data(), pick=st.integers(0, 1), keep=st.integers(1, 2))
         def compact(self, data, pick, keep) -> None:
             cid = data.draw(st.sampled_from(self.branches))
+            if len(self.model[cid].latest[0]) < keep + 4:
+                self._append(cid, pick, 4)  # enough to fold (a fold never grows a context)
             r = self.stub(pick).Compact(pb.CompactRequest(context_id=cid, keep_last=keep))
             if r.compacted:
                 texts, _ = self.model[cid].latest
