@@ -35,6 +35,7 @@ SUITE_MODULES: tuple[str, ...] = (
     "bench.ctxd_process",
     "bench.ctxd_ui",
     "bench.ctxd_history",
+    "bench.history_peers",
     "bench.peers",
     "bench.adk_sessions",
 )
@@ -126,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
         from bench.ctxd_history import add_checks as add_history_checks
 
         add_history_checks(report)
+        from bench.history_peers import add_checks as add_history_peer_checks
+
+        add_history_peer_checks(report)
     except Exception as exc:  # noqa: BLE001 - keep the measured results
         ok = False
         report.failures.append(

@@ -370,6 +370,7 @@ def spawn_sidecar():
 #: one after another, so they never compete with each other for the cores.
 TIMING_SENSITIVE = {
     "test_crash_contexts",
+    "test_crash_forks",
     "test_reliability_crash_compaction",
     "test_reliability_crash_memory",
     "test_reliability_crash_plan",

@@ -173,3 +173,34 @@ def test_a_thread_is_required(start_sidecar):
     )
     with pytest.raises(ValueError, match="thread_id"):
         agent.invoke({"messages": [{"role": "user", "content": "hi"}]})
+
+
+def test_a_thread_branches_by_forking_its_context(start_sidecar, store_uri_for):
+    """A new thread id whose context is a fork of another thread's: its
+    first step sees the forked conversation; neither thread sees the other's."""
+    sc = start_sidecar(store_uri_for("lmdb"), contexts__auto_compact=False)
+    REQUESTS.clear()
+    agent = create_agent(
+        ScriptedToolModel(),
+        tools=[lookup],
+        middleware=[CtxdContextMiddleware(sc.address, model_window=100_000)],
+        checkpointer=InMemorySaver(),
+    )
+
+    def ask(thread: str, text: str) -> list[str]:
+        agent.invoke({"messages": [{"role": "user", "content": text}]}, _thread(thread))
+        return [m["content"] for m in REQUESTS[-1] if m["role"] == "user"]
+
+    with Client(sc.address) as c:
+        ask("main", "question 0")
+        at = c.get("main").info.version
+        ask("main", "question 1")
+        c.fork("main", "retry", at_version=at)  # the thread "retry", branched after question 0
+        c.fork("main", "later")
+        assert ask("retry", "another question 1") == ["question 0", "another question 1"]
+        assert ask("later", "question 2b") == ["question 0", "question 1", "question 2b"]
+        assert ask("main", "question 2") == ["question 0", "question 1", "question 2"]
+
+
+def _thread(thread: str) -> dict:
+    return {"configurable": {"thread_id": thread}}

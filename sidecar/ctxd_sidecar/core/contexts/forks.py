@@ -36,6 +36,7 @@ from ctxd_sidecar.core.contexts import validate
 from ctxd_sidecar.core.contexts.history import History
 from ctxd_sidecar.core.contexts.lineage import FORKED, FORKS, REFS
 from ctxd_sidecar.core.contexts.model import CONVERSATION, ROOT_ID, ContextInfo, ContextState
+from ctxd_sidecar.core.contexts.persistence import NeedsFullRestore
 from ctxd_sidecar.core.contexts.service import ContextService
 from ctxd_sidecar.core.errors import AlreadyExists, Conflict, InvalidArgument, Unavailable
 
@@ -79,12 +80,27 @@ class Forks:
         """A fresh copy of ``src`` as of ``at_version`` (never the live object)."""
         version = at_version or src.version
         self.history.check(src, version)
+        if version == src.version:
+            await self._seal(src)
         if src.hist:
             return await self.history.rebuild(src, version, light=True)
-        st = await self.contexts.store.restore(src.id)
+        store = self.contexts.store
+        try:
+            st = await store.restore(src.id, loaded=False)
+        except NeedsFullRestore:
+            st = await store.restore(src.id)
         if st is None or st.gen != src.gen or st.version != version:
             raise Unavailable(f"context {src.id} changed while it was forked; retry")
         return st
+
+    async def _seal(self, src: ContextState) -> None:
+        """A fork of the latest version: checkpoint the source first (once per
+        version), so that its head at V covers every message and the fork
+        names segments instead of copying the source's unsealed tail. If
+        that checkpoint cannot be written here, the fork copies the tail."""
+        if src.head_version == src.version and not src.dirty:
+            return
+        await self.contexts.checkpoint_now(src.id, held=src)
 
     def _make_fork(
         self,
@@ -111,15 +127,15 @@ class Forks:
         """References first (a purge of an ancestor then keeps its segments),
         then the fork's one checkpoint, its head written if absent."""
         svc = self.contexts
-        storage = svc.storage
         fid = f"{st.id}~{st.gen}"
+        refs = {f"{FORKS}/{st.id}/{st.gen}": json.dumps(st.lineage).encode()}
         for aid, agen, _ in st.lineage:
-            await storage.put(f"{REFS}/{aid}/{agen}/{fid}", b"1")
-            if not storage.can_list:
-                await storage.put(f"{FORKED}/{aid}/{agen}", b"1")
-        await storage.put(f"{FORKS}/{st.id}/{st.gen}", json.dumps(st.lineage).encode())
+            refs[f"{REFS}/{aid}/{agen}/{fid}"] = b"1"
+            if not svc.storage.can_list:
+                refs[f"{FORKED}/{aid}/{agen}"] = b"1"
         try:
-            await svc.create(st, whole=True)
+            # The references land with the fork's head copy, before its head.
+            await svc.create(st, whole=True, before=refs)
         except Conflict:
             existing = await svc.read(st.id, latest=True)
             if existing is not None and existing.exists:

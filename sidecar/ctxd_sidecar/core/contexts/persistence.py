@@ -301,12 +301,12 @@ class ContextStore:
         return run
 
     # -- checkpoint -----------------------------------------------------------------------
-    async def checkpoint(self, st: ContextState) -> Cleanup | None:
+    async def checkpoint(self, st: ContextState, before: dict | None = None) -> Cleanup | None:
         """Seal the messages appended since the last checkpoint into a segment,
         then write the head at the current version (conditional on the head
         read or written last). Returns the clean-up the new head allows (log
         records to seal, segments to delete), or None when there was nothing
-        to do.
+        to do. ``before``: more keys written with the segment (a fork's refs).
 
         Everything the head and segment hold is captured before the first
         write, so turns may be committed meanwhile (they stay in the log).
@@ -340,15 +340,17 @@ class ContextStore:
         )
         pending_bytes = sum(m.size_bytes for m in pending)
         st.dirty = False
+        puts = dict(before or {})
         try:
             if segment is not None:
-                body = encode_segment(st.id, st.gen, pending)
-                await self.storage.put(seg_key(st.id, st.gen, segment), body)
+                puts[seg_key(st.id, st.gen, segment)] = encode_segment(st.id, st.gen, pending)
             if archived_now is not None:
                 body = encode_segment(st.id, st.gen, unarchived)
-                await self.storage.put(seg_key(st.id, st.gen, archived_now), body)
+                puts[seg_key(st.id, st.gen, archived_now)] = body
             if kept.hist:
-                await self.storage.put(hist_key(st.id, st.gen, version), head)
+                puts[hist_key(st.id, st.gen, version)] = head
+            # All before the head naming them, at once (one commit where writes group).
+            await asyncio.gather(*(self.storage.put(k, v) for k, v in puts.items()))
             # (no head yet: a fork's first, in place of a deleted incarnation's or new)
             prev = st.head_etag or st.replaces_head
             etag = await self.storage.put(

@@ -222,10 +222,11 @@ class ContextService:
                 await self.load(e)
         e.verified = time.monotonic()
 
-    async def create(self, st: ContextState, *, whole: bool = False) -> None:
-        """Make a new context durable and listed (``whole``: a fork's one checkpoint)."""
+    async def create(self, st: ContextState, *, whole: bool = False, before=None) -> None:
+        """Make a new context durable and listed (``whole``: a fork's one
+        checkpoint, ``before`` written in the group ahead of its head)."""
         await self._index.add(st.id)
-        await (self.store.checkpoint(st) if whole else self.store.create_head(st))
+        await (self.store.checkpoint(st, before) if whole else self.store.create_head(st))
 
     async def ensure_root(self) -> None:
         if self.root_ready:
@@ -427,10 +428,11 @@ class ContextService:
     def unwatch(self, sub: Subscription) -> None:
         self.feed.unsubscribe(sub)
 
-    async def checkpoint_now(self, cid: str) -> bool:
-        """Checkpoint a resident context at once (admin tools, tests)."""
+    async def checkpoint_now(self, cid: str, held: ContextState | None = None) -> bool:
+        """Checkpoint a resident context at once (admin tools, tests; a fork's
+        source, only while ``held`` is still the state this replica holds)."""
         e = self._registry.peek(cid)
-        if e is None:
+        if e is None or (held is not None and e.state is not held):
             return False
         return await self.checkpoints.checkpoint(e)
 
