@@ -223,8 +223,7 @@ class ContextService:
         e.verified = time.monotonic()
 
     async def create(self, st: ContextState, *, whole: bool = False, before=None) -> None:
-        """Make a new context durable and listed (``whole``: a fork's one
-        checkpoint, ``before`` written in the group ahead of its head)."""
+        """Make a new context durable and listed (``whole``: a fork's, ``before`` first)."""
         await self._index.add(st.id)
         await (self.store.checkpoint(st, before) if whole else self.store.create_head(st))
 
@@ -429,8 +428,7 @@ class ContextService:
         self.feed.unsubscribe(sub)
 
     async def checkpoint_now(self, cid: str, held: ContextState | None = None) -> bool:
-        """Checkpoint a resident context at once (admin tools, tests; a fork's
-        source, only while ``held`` is still the state this replica holds)."""
+        """Checkpoint a resident context now (admin, tests; a fork's source while ``held``)."""
         e = self._registry.peek(cid)
         if e is None or (held is not None and e.state is not held):
             return False
