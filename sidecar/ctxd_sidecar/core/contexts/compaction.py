@@ -249,7 +249,7 @@ class Compactor:
                 exc.reason, f"{exc.message}; send the model's JSON answer or plain text"
             ) from None
         try:
-            result = await self._commit(context_id, ref, summary, by="runtime", may_grow=True)
+            result = await self._commit(context_id, ref, summary, by="runtime", trigger="runtime")
         except SummariserError as exc:  # low fidelity
             report.refused(self.observer, context_id, "runtime", exc)
             raise
@@ -261,8 +261,9 @@ class Compactor:
         return result
 
     async def _commit(
-        self, context_id: str, ref: PlanRef, addition: Summary, *, by: str, may_grow: bool = False
+        self, context_id: str, ref: PlanRef, addition: Summary, *, by: str, trigger: str
     ) -> ApplyResult:
+        """Commit the fold; only the runtime's own answer may grow the context."""
         out: dict[str, Any] = {}
 
         def build(st: ContextState) -> dict[str, Any]:
@@ -307,7 +308,7 @@ class Compactor:
             )
             before = st.est_tokens
             after = st.calibration.apply(st.msg_tokens - folded_tokens + _block_tokens(merged, st))
-            if after > before and not may_grow:
+            if after > before and trigger != "runtime":
                 raise WouldGrow(
                     f"context {st.id}: folding {n} messages ({folded_tokens} tokens) into this "
                     f"summary would take the context from {before} to {after} tokens; a "
@@ -316,14 +317,14 @@ class Compactor:
             out.update(folded=n, before=before, after=after, evict=evict, fidelity=fidelity)
             out["cache"] = cache_effect(st, merged, n)
             record = new_record(
-                first=ref.first,
-                through=ref.through,
-                folded=n,
+                msgs[:n],
                 before=before,
                 after=after,
                 artifacts=len(merged.ledger),
                 by=by,
                 fidelity=fidelity.to_dict(),
+                trigger=trigger,
+                predicted_writes=out["cache"].tokens_rewritten,
             )
             return {
                 "op": OP,
@@ -430,7 +431,9 @@ class Compactor:
                 narrative_max_chars=self.cfg.narrative_max_chars,
             )
             guard.check(done.summary, f"summariser {plugin.name!r}'s answer")
-            applied = await self._commit(context_id, ref, done.summary, by=plugin.name)
+            applied = await self._commit(
+                context_id, ref, done.summary, by=plugin.name, trigger=trigger
+            )
         except SummariserError as exc:
             if exc.reason not in guard.REASONS:
                 self.observer.compaction(trigger, "failed")
