@@ -85,9 +85,7 @@ def lmdb_uri(tmp_path):
     return lambda name: f"lmdb://{tmp_path / name}?map_size=64MiB"
 
 
-def test_ten_compactions_a_fork_and_a_migration_keep_every_archive_whole(
-    start_sidecar, lmdb_uri
-):
+def test_ten_compactions_a_fork_and_a_migration_keep_every_archive_whole(start_sidecar, lmdb_uri):
     sc = start_sidecar(lmdb_uri("a"), contexts__checkpoint_every=4)
     seen = _fill(sc.contexts)
     folded = _all_verify(sc.contexts, CID, seen, ROUNDS)

@@ -33,7 +33,11 @@ def check(input_tokens: int, cached: int | None, written: int | None) -> None:
     """Refuse counts no provider reports (negative, or more than the input)."""
     for name, v in (("cached_input_tokens", cached), ("cache_write_tokens", written)):
         if v is not None and v < 0:
-            raise InvalidArgument(name, "must not be negative")
+            raise InvalidArgument(
+                name,
+                f"must not be negative (got {v}): a count of the input_tokens the "
+                "provider's prompt cache served or took; leave it unset when unknown",
+            )
     c, w = cached or 0, written or 0
     if c > input_tokens:
         raise InvalidArgument(
