@@ -135,6 +135,33 @@ def test_export_and_import_carry_the_folded_messages_byte_for_byte(start_sidecar
     assert again.getvalue().splitlines()[1:] == dump.getvalue().splitlines()[1:]
 
 
+def test_an_archive_the_target_refuses_imports_with_placeholders(start_sidecar, lmdb_uri):
+    """An export whose folded messages would not append as they are (here a
+    tool result answering no call) still imports: placeholders stand in, as
+    for an export without an archive, and the result says so."""
+    sc = start_sidecar(lmdb_uri("a"))
+    _fill(sc.contexts, rounds=1)
+    dump = io.StringIO()
+    with Client(Target(sc.address)) as client:
+        transfer.write_export(client, [CID], dump)
+    header, *lines = dump.getvalue().splitlines()
+    head = json.loads(header)
+    head["archive"][0] = {
+        "id": "m1",
+        "ts_ms": head["archive"][0]["ts_ms"],
+        "tool": {"call_id": "nobody", "name": "read", "text": "orphan"},
+    }
+    other = start_sidecar(lmdb_uri("b"))
+    with Client(Target(other.address)) as client:
+        [(h, messages)] = transfer.parse([json.dumps(head), *lines])
+        out = transfer.import_context(client, h, messages)
+    assert out["archive"].startswith("not restored (INVALID_ARGUMENT")
+    (rec,) = full(other.contexts, CID).compactions
+    got = _expand(other.contexts, CID, rec)
+    assert {m.note.text for m in got} == {transfer.PLACEHOLDER}
+    assert [m.id for m in full(other.contexts, CID).messages] == [m.id for m in messages]
+
+
 def _damage(uri: str, old: bytes, new: bytes) -> int:
     """Replace ``old`` by ``new`` (same length) in every stored value that
     holds it, through the store plugin API; returns how many were changed."""
