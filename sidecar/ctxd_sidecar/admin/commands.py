@@ -260,6 +260,8 @@ def _contexts_import(client: Client, args) -> int:
             render.emit_json(done)
         else:
             print(f"imported {done['id']}: {done['messages']} messages")
+        if "archive" in done:
+            print(f"ctxd: {done['id']}: folded messages {done['archive']}", file=sys.stderr)
     return 0
 
 
