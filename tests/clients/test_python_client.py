@@ -476,3 +476,49 @@ def test_reads_at_a_version_list_versions_and_fork(client):
     client.append_turn("hist-fork", [{"user": {"text": "other"}}])
     assert [m.user.text for m in client.slice("hist-fork")] == ["t0", "t1", "other"]
     assert [m.user.text for m in client.slice("hist")] == ["t0", "t1", "t2"]
+
+
+def test_a_turn_passes_the_providers_usage_through(client):
+    """A runtime's loop against an OpenAI-compatible server on loopback: the
+    reply's usage (an SDK object, half of each prompt cached) rides on the
+    next turn and moves the conversation's cache figures; an Anthropic usage
+    dict counts its cache reads and writes into the input."""
+    import openai
+
+    from tests.support.fake_openai import FakeOpenAI
+
+    with FakeOpenAI("plain") as server:
+        server.cached_share = 0.5
+        llm = openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0)
+        t = client.turn("loop", [{"user": {"text": "hello " * 200}}], since_version=0)
+        held, prompts, cached = t.next, 0, 0
+        for _ in range(3):
+            msgs = list(client.slice("loop", format="openai"))
+            reply = llm.chat.completions.create(model="gpt-4o", messages=msgs)
+            usage = reply.usage
+            prompts += usage.prompt_tokens
+            cached += usage.prompt_tokens_details.cached_tokens
+            answer = [{"assistant": {"text": reply.choices[0].message.content}}]
+            t = client.turn(
+                "loop",
+                [*answer, {"user": {"text": "more " * 50}}],
+                since_version=held.version,
+                usage=usage,
+                model="gpt-4o",
+            )
+            held = t.next
+    u = client.get("loop").context.cache_usage
+    assert (u.reports, u.input_tokens, u.cached_input_tokens) == (3, prompts, cached)
+    assert cached > 0 and u.cache_read_share == pytest.approx(cached / prompts)
+    anthropic = {
+        "input_tokens": 20,
+        "output_tokens": 7,
+        "cache_read_input_tokens": 900,
+        "cache_creation_input_tokens": 80,
+    }
+    r = client.record_usage("loop", usage=anthropic)
+    assert r.cache_usage.input_tokens == prompts + 1000
+    assert r.cache_usage.cached_input_tokens == cached + 900
+    assert r.cache_usage.cache_write_tokens == 80
+    with pytest.raises(ctxd_client.InvalidArgument):
+        client.record_usage("loop", input_tokens=10, cached_input_tokens=11)

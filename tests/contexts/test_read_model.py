@@ -421,6 +421,25 @@ def run(sc, steps, specs) -> None:
         COUNT["compactions"] += len(done.context.compactions)
     except grpc.RpcError as exc:
         assert exc.code() == grpc.StatusCode.NOT_FOUND, exc
+        return
+    for rec in done.context.compactions:
+        _check_archive(convo, rec)
+
+
+def _check_archive(convo: Conversation, rec: pb.CompactionRecord) -> None:
+    """Whatever the changes, each compaction's archive verifies (its hash)
+    and holds exactly the span it folded."""
+    req = pb.ExpandCompactionRequest(context_id=convo.cid, compaction_id=rec.id, page_size=7)
+    got: list[pb.Message] = []
+    while True:
+        page = convo.ctx.ExpandCompaction(req)
+        got.extend(page.messages)
+        if not page.next_page_token:
+            break
+        req.page_token = page.next_page_token
+    assert len(rec.folded_sha256) == 64, rec
+    assert len(got) == rec.folded and got[0].id == rec.first_message_id, rec
+    assert got[-1].id == rec.last_message_id, rec
 
 
 readers = st.lists(rc.read_specs(), min_size=2, max_size=4)

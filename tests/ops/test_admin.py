@@ -313,6 +313,18 @@ def test_contexts_list_show_compact_delete(served):
     assert f"{f['carried']}/{f['artifacts']} ({f['score']:.1%})" in row
     as_json = ctxd("contexts", "compactions", "conv-1", "--json", "--address", served.address)
     assert json.loads(as_json.stdout.splitlines()[-1])["fidelity"] == f
+    # The provider's cache, reported after the compaction: the conversation's
+    # share, and the compaction's reported cache writes against its prediction.
+    predicted = int(record.get("cache_cost", {}).get("predicted_write_tokens", 0))
+    usage = cpb.RecordUsageRequest(
+        context_id="conv-1", input_tokens=800, cached_input_tokens=200, cache_write_tokens=500
+    )
+    served.contexts.RecordUsage(usage, timeout=10)
+    shown = ctxd("contexts", "show", "conv-1", "--address", served.address).stdout
+    assert "25.0% read (200 of 800 input tokens, 500 written, 1 reports)" in shown
+    listed = ctxd("contexts", "compactions", "conv-1", "--address", served.address).stdout
+    assert "CACHE WRITES" in listed.splitlines()[0]
+    assert f"500 of {predicted} pred." in listed
 
     gone = ctxd("contexts", "delete", "conv-2", "--address", served.address)
     assert gone.returncode == 0 and gone.stdout.strip() == "deleted conv-2"

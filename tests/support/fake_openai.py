@@ -81,6 +81,9 @@ class FakeOpenAI:
         self.answer: str | Callable[[dict[str, Any]], str] | None = None
         #: When set, requests must carry ``Authorization: Bearer <key>``.
         self.require_key: str | None = None
+        #: When set, usage reports this share of the prompt as read from a
+        #: prompt cache (``prompt_tokens_details.cached_tokens``).
+        self.cached_share: float | None = None
         self.script: deque[str] = deque()
         self.requests: list[Recorded] = []
         self._stopping = threading.Event()
@@ -161,7 +164,7 @@ class FakeOpenAI:
             content, finish = self._content(body)[:20], "length"
         else:
             content = self._content(body)
-        return 200, {}, _completion(body, content, finish)
+        return 200, {}, _completion(body, content, finish, self.cached_share)
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self
@@ -207,8 +210,17 @@ def _error(
     return status, headers or {}, body
 
 
-def _completion(body: dict[str, Any], content: str, finish: str) -> dict:
+def _completion(
+    body: dict[str, Any], content: str, finish: str, cached_share: float | None = None
+) -> dict:
     prompt = sum(len(m.get("content") or "") for m in body.get("messages", [])) // 4
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "completion_tokens": len(content) // 4,
+        "total_tokens": prompt + len(content) // 4,
+    }
+    if cached_share is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": int(prompt * cached_share)}
     return {
         "id": "chatcmpl-fake",
         "object": "chat.completion",
@@ -221,9 +233,5 @@ def _completion(body: dict[str, Any], content: str, finish: str) -> dict:
                 "finish_reason": finish,
             }
         ],
-        "usage": {
-            "prompt_tokens": prompt,
-            "completion_tokens": len(content) // 4,
-            "total_tokens": prompt + len(content) // 4,
-        },
+        "usage": usage,
     }

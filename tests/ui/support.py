@@ -63,6 +63,11 @@ def seed_demo(stub, cid: str = "demo:tools", metadata=(), extra: str = "") -> No
             model_window=4000,
         )
     stub.Compact(pb.CompactRequest(context_id=cid, keep_last=4), metadata=metadata, timeout=60)
+    # The provider's usage of the next call: 900 of 1200 input tokens cached.
+    usage = pb.RecordUsageRequest(
+        context_id=cid, input_tokens=1200, cached_input_tokens=900, cache_write_tokens=200
+    )
+    stub.RecordUsage(usage, metadata=metadata, timeout=10)
 
 
 def seed_native(stub, cid: str = "demo:native") -> None:

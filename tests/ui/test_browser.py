@@ -132,6 +132,13 @@ def test_summary_ledger_and_token_chart(ui, watched):
     assert chart.locator("line.mark").count() == 1
     assert chart.locator("line.window").count() == 1
     assert chart.locator("polyline.series").count() == 1
+    # The prompt cache: the share read (900 of 1200), and the compaction's
+    # predicted cache writes beside the 200 the next call reported.
+    assert page.locator("#cache-chart rect.bar").get_attribute("width") == "300.0"
+    caption = page.inner_text("#cache-caption")
+    assert "75.0%" in caption and "900 of 1200" in caption and "200 written" in caption
+    row = page.locator("table.grid tbody tr").first.inner_text()
+    assert row.split("\t")[6] == "200", row
     shot(watched, "tokens")
 
 

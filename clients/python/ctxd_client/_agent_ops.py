@@ -10,6 +10,7 @@ from typing import Any
 from ctxd_client._api.ctxd.v1 import context_pb2 as pb
 from ctxd_client._api.ctxd.v1 import memory_pb2 as mpb
 from ctxd_client._ops import CONTEXT, MEMORY, Call, Op, enum_value, to_pb
+from ctxd_client._usage import usage_request
 from ctxd_client.errors import CtxdError
 
 
@@ -140,11 +141,28 @@ def render_prompt(context_id: str, *, agent: str = "") -> Op:
 
 
 def record_usage(
-    context_id: str, *, input_tokens: int, output_tokens: int = 0, model: str = ""
+    context_id: str,
+    *,
+    input_tokens: int = 0,
+    output_tokens: int = 0,
+    model: str = "",
+    cached_input_tokens: int | None = None,
+    cache_write_tokens: int | None = None,
+    usage: Any = None,
 ) -> Op:
-    req = pb.RecordUsageRequest(
-        context_id=context_id, input_tokens=input_tokens, output_tokens=output_tokens, model=model
-    )
+    if usage is not None:
+        req = usage_request(context_id, usage, model)
+    else:
+        req = pb.RecordUsageRequest(
+            context_id=context_id,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            model=model,
+        )
+        if cached_input_tokens is not None:
+            req.cached_input_tokens = cached_input_tokens
+        if cache_write_tokens is not None:
+            req.cache_write_tokens = cache_write_tokens
     return (yield Call(CONTEXT, "RecordUsage", req))
 
 

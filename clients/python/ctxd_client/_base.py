@@ -61,7 +61,27 @@ class _HistoryVerbs:
         safely (one idempotency key for every attempt)."""
 
 
-class _Verbs(_HistoryVerbs):
+class _UsageVerbs:
+    """What the provider reported of a call (calibration, the prompt cache)."""
+
+    @_verb(agent_ops.record_usage)
+    def record_usage(
+        self,
+        context_id: str,
+        *,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        model: str = "",
+        cached_input_tokens: int | None = None,
+        cache_write_tokens: int | None = None,
+        usage: Any = None,
+        timeout: float | None = None,
+    ) -> pb.RecordUsageResponse:
+        """Report the provider's usage: the counts, or ``usage`` (an OpenAI or
+        Anthropic usage, dict or SDK object) to read them from."""
+
+
+class _Verbs(_HistoryVerbs, _UsageVerbs):
     """Every RPC as a typed method; subclasses provide ``_run``."""
 
     _timeout: float | None
@@ -111,6 +131,7 @@ class _Verbs(_HistoryVerbs):
         cache_breakpoint: bool = False,
         page_size: int = 0,
         without_summary_blocks: bool = False,
+        usage: Any = None,
         idempotency_key: str | None = None,
         expected_version: int | None = None,
         principal: str = "",
@@ -131,7 +152,13 @@ class _Verbs(_HistoryVerbs):
         A runtime that sends :meth:`render_prompt`'s prompt as its system
         prompt passes ``without_summary_blocks=True``: that prompt carries
         the summary and plan, so the slice leaves them out and each request
-        holds them once."""
+        holds them once.
+
+        ``usage``: the provider's response usage for the call this turn
+        answers (an OpenAI ``usage`` or Anthropic ``usage``, dict or SDK
+        object): recorded first (RecordUsage with its cached and cache-write
+        token counts), so the context's calibration and prompt-cache figures
+        follow each call without a call of their own."""
 
     @_verb(ops.slice_)
     def slice(
@@ -325,17 +352,6 @@ class _Verbs(_HistoryVerbs):
     def render_prompt(
         self, context_id: str, *, agent: str = "", timeout: float | None = None
     ) -> pb.RenderPromptResponse: ...
-
-    @_verb(agent_ops.record_usage)
-    def record_usage(
-        self,
-        context_id: str,
-        *,
-        input_tokens: int,
-        output_tokens: int = 0,
-        model: str = "",
-        timeout: float | None = None,
-    ) -> pb.RecordUsageResponse: ...
 
     # -- memory ---------------------------------------------------------------------
     @_verb(agent_ops.memory_get)

@@ -16,7 +16,8 @@ from google.protobuf import json_format
 from google.protobuf.message import Message as PbMessage
 
 from ctxd_client._api.ctxd.v1 import context_pb2 as pb
-from ctxd_client.errors import Aborted, CtxdError
+from ctxd_client._usage import usage_request
+from ctxd_client.errors import Aborted, CtxdError, NotFound
 
 CONTEXT = "ctxd.v1.ContextService"
 MEMORY = "ctxd.v1.MemoryService"
@@ -210,12 +211,18 @@ def turn(
     cache_breakpoint: bool = False,
     page_size: int = 0,
     without_summary_blocks: bool = False,
+    usage: Any = None,
     **options,
 ) -> Op:
     """AppendTurn with the slice read in the same call (AppendTurnRequest.read);
     later pages of a replaced slice come from GetContext. A sidecar that does
     not answer the read (an older API) gets the GetContext read instead.
+    ``usage``: the provider's response usage for the call this turn answers
+    (OpenAI or Anthropic shape), recorded first (RecordUsage), so it is
+    measured against the context the call was made with.
     ``options`` are those of :func:`append_turn`."""
+    if usage is not None:
+        yield from _record_usage(context_id, usage, str(options.get("model") or ""))
     req = _turn_request(context_id, messages, format=format, **options)
     read = _slice_request(
         context_id, format, None, page_size, cache_breakpoint, without_summary_blocks
@@ -228,6 +235,16 @@ def turn(
         return Turn(appended, (yield from _slice_pages(read, format)))
     pages = yield from _paged_context(read, first=appended.read)
     return Turn(appended, _slice_result(pages, format, incremental=True))
+
+
+def _record_usage(context_id: str, usage: Any, model: str) -> Generator[Call, Any, None]:
+    req = usage_request(context_id, usage, model)
+    if req.input_tokens <= 0:
+        return  # no input count: nothing to calibrate or measure
+    try:
+        yield Call(CONTEXT, "RecordUsage", req)
+    except NotFound:
+        pass  # the turn creates the context: nothing to measure against yet
 
 
 def _paged_context(req: pb.GetContextRequest, first: Any = None) -> Generator[Call, Any, list]:

@@ -21,6 +21,7 @@ import {
 } from "./shapes.js";
 import { CtxdError, toCtxdError } from "./errors.js";
 import { HistoryVerbs } from "./history.js";
+import { usageCounts, usageRequest, type ProviderUsage, type UsageCounts, type WithUsage } from "./usage.js";
 import {
   big,
   CHANGES,
@@ -107,7 +108,7 @@ export class CtxdClient extends HistoryVerbs {
   async turn(
     contextId: string,
     messages: MessageInput[],
-    options: Since & { pageSize?: number } & WithoutSummary & TurnOptions & Call,
+    options: Since & { pageSize?: number } & WithoutSummary & WithUsage & TurnOptions & Call,
   ): Promise<Turn>;
   /**
    * The same with the turn in a provider's shape (``{ format: "openai", messagesJson }``): what an
@@ -116,13 +117,14 @@ export class CtxdClient extends HistoryVerbs {
   async turn(
     contextId: string,
     input: ProviderTurnInput,
-    options: Since & { pageSize?: number; cacheBreakpoint?: boolean } & WithoutSummary & TurnOptions & Call,
+    options: Since & { pageSize?: number; cacheBreakpoint?: boolean } & WithoutSummary & WithUsage & TurnOptions & Call,
   ): Promise<ProviderTurn>;
   async turn(
     contextId: string,
     messages: MessageInput[] | ProviderTurnInput,
-    options: Since & { pageSize?: number; cacheBreakpoint?: boolean } & WithoutSummary & TurnOptions & Call,
+    options: Since & { pageSize?: number; cacheBreakpoint?: boolean } & WithoutSummary & WithUsage & TurnOptions & Call,
   ): Promise<Turn | ProviderTurn> {
+    if (options.usage) await this.turnUsage(contextId, options.usage, options);
     const read = sliceRead(contextId, options);
     const provider = Array.isArray(messages) ? undefined : messages;
     let req: pb.AppendTurnRequest;
@@ -399,18 +401,21 @@ export class CtxdClient extends HistoryVerbs {
     return this.unary((o) => this.contexts.renderPrompt({ contextId, agent: options.agent }, o), options, false);
   }
 
-  recordUsage(
-    contextId: string,
-    usage: { inputTokens: number | bigint; outputTokens?: number | bigint; model?: string },
-    call?: Call,
-  ): Promise<pb.RecordUsageResponse> {
-    const req = create(pb.RecordUsageRequestSchema, {
-      contextId,
-      inputTokens: big(usage.inputTokens),
-      outputTokens: big(usage.outputTokens),
-      model: usage.model,
-    });
+  /** The provider's usage of a call: counts, or its ``usage`` object via ``usageCounts``. */
+  recordUsage(contextId: string, usage: UsageCounts, call?: Call): Promise<pb.RecordUsageResponse> {
+    const req = usageRequest(contextId, usage);
     return this.unary((o) => this.contexts.recordUsage(req, o), call, false);
+  }
+
+  // A turn's usage, before its append; a context the turn creates has nothing to measure yet.
+  private async turnUsage(contextId: string, usage: ProviderUsage, options: TurnOptions & Call): Promise<void> {
+    const counts = usageCounts(usage, options.model);
+    if (Number(counts.inputTokens) <= 0) return;
+    try {
+      await this.recordUsage(contextId, counts, options);
+    } catch (e) {
+      if (!(e instanceof CtxdError && e.code === Code.NotFound)) throw e;
+    }
   }
 
   /** Events for a context until ``signal`` aborts (no deadline unless ``timeoutMs``). */

@@ -8,5 +8,6 @@ export * from "./errors.js";
 export { CtxdSession, type CtxdSessionOptions, type Summarise } from "./integrations/openaiAgents.js";
 export { VERSION } from "./version.js";
 export type { ProviderFormat, ProviderSlice, ProviderTurn, ProviderTurnInput } from "./shapes.js";
+export { usageCounts, type ProviderUsage, type UsageCounts, type WithUsage } from "./usage.js";
 export type * from "./types.js";
 export { pb, mpb };

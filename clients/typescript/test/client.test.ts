@@ -143,6 +143,35 @@ test("plan, preflight, prompt and usage", async () => {
   await client.delete(cid);
 });
 
+test("a turn passes the provider's usage through: the cache figures move", async () => {
+  const cid = `${run}-cache`;
+  // The first turn creates the context: its usage has nothing to be measured against.
+  let held = await client.turn(cid, [{ user: { text: "hello" } }], {
+    sinceVersion: 0n,
+    usage: { prompt_tokens: 10, completion_tokens: 2, prompt_tokens_details: { cached_tokens: 0 } },
+  });
+  // OpenAI's shape: 3000 prompt tokens, 2048 of them cached.
+  held = await client.turn(cid, [{ assistant: { text: "hi" } }, { user: { text: "more" } }], {
+    sinceVersion: held.next.version,
+    usage: { prompt_tokens: 3000, completion_tokens: 5, prompt_tokens_details: { cached_tokens: 2048 } },
+  });
+  // Anthropic's shape: input_tokens leaves the cache out.
+  await client.turn(cid, [{ assistant: { text: "ok" } }], {
+    sinceVersion: held.next.version,
+    usage: { input_tokens: 100, output_tokens: 5, cache_read_input_tokens: 1000, cache_creation_input_tokens: 400 },
+  });
+  const u = (await client.get(cid)).cacheUsage;
+  assert.equal(u?.reports, 2n);
+  assert.equal(u?.inputTokens, 4500n);
+  assert.equal(u?.cachedInputTokens, 3048n);
+  assert.equal(u?.cacheWriteTokens, 400n);
+  await assert.rejects(
+    client.recordUsage(cid, { inputTokens: 10, cachedInputTokens: 11 }),
+    (err: CtxdError) => err.code === Code.InvalidArgument && err.message.includes("cached_input_tokens"),
+  );
+  await client.delete(cid);
+});
+
 test("memory verbs follow pages and keep values byte for byte", async () => {
   const prefix = `${run}/`;
   for (let i = 0; i < 5; i += 1) await client.memorySet(`${prefix}k${i}`, { i });

@@ -126,6 +126,17 @@ class Client:
             pb.PlanCompactionRequest(context_id=context_id, keep_last=keep_last),
         )
 
+    def expand_compaction(self, context_id: str, compaction_id: str) -> list[pb.Message]:
+        """Every page of the messages one compaction folded (verified by the server)."""
+        req = pb.ExpandCompactionRequest(context_id=context_id, compaction_id=compaction_id)
+        out: list[pb.Message] = []
+        while True:
+            resp = self.call(self.contexts.ExpandCompaction, req)
+            out.extend(resp.messages)
+            if not resp.next_page_token:
+                return out
+            req.page_token = resp.next_page_token
+
     def apply_compaction(self, context_id: str, plan_ref: str, answer: str):
         return self.call(
             self.contexts.ApplyCompaction,

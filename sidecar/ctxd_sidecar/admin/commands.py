@@ -192,7 +192,7 @@ def _contexts_show(client: Client, args) -> int:
         ("created", render.when(ctx.created_ms)),
         ("updated", render.when(ctx.updated_ms)),
         ("skills", ", ".join(s.name for s in ctx.skills) or "-"),
-        ("compactions", len(ctx.compactions)),
+        *_compaction_rows(ctx),
         ("preflight", render.short(ctx.preflight_json) or "-"),
     ]
     render.table(["FIELD", "VALUE"], rows)
@@ -260,6 +260,8 @@ def _contexts_import(client: Client, args) -> int:
             render.emit_json(done)
         else:
             print(f"imported {done['id']}: {done['messages']} messages")
+        if "archive" in done:
+            print(f"ctxd: {done['id']}: folded messages {done['archive']}", file=sys.stderr)
     return 0
 
 
@@ -299,11 +301,13 @@ def _contexts_compactions(client: Client, args) -> int:
                 f"{r.tokens_before} -> {r.tokens_after}",
                 _fidelity(f) if f else "-",
                 f"{f.carried_since_start:.1%}" if f else "-",
+                _cache_cost(r.cache_cost),
                 r.summariser,
                 render.when(r.ts_ms),
             ]
         )
-    headers = ["ID", "MESSAGES", "FOLDED", "TOKENS", "FIDELITY", "SINCE START", "BY", "WHEN"]
+    headers = ["ID", "MESSAGES", "FOLDED", "TOKENS", "FIDELITY", "SINCE START"]
+    headers += ["CACHE WRITES", "BY", "WHEN"]
     render.table(headers, rows)
     for r in records:
         if r.fidelity.dropped:
@@ -311,6 +315,24 @@ def _contexts_compactions(client: Client, args) -> int:
             more = r.fidelity.artifacts - r.fidelity.carried - len(r.fidelity.dropped)
             print(f"{r.id} dropped: {shown}" + (f" (+{more} more)" if more > 0 else ""))
     return 0
+
+
+def _compaction_rows(ctx: pb.Context) -> list[tuple[str, object]]:
+    """Compactions and the provider's prompt cache (RecordUsage)."""
+    u = ctx.cache_usage
+    cache = (
+        f"{u.cache_read_share:.1%} read ({u.cached_input_tokens} of {u.input_tokens} input "
+        f"tokens, {u.cache_write_tokens} written, {u.reports} reports)"
+    )
+    return [
+        ("compactions", len(ctx.compactions)),
+        ("prompt cache", cache if ctx.HasField("cache_usage") else "-"),
+    ]
+
+
+def _cache_cost(c: pb.CompactionCacheCost) -> str:
+    """Reported against predicted cache writes ("-" until a usage report)."""
+    return f"{c.cache_write_tokens if c.reported else '-'} of {c.predicted_write_tokens} pred."
 
 
 def _contexts_delete(client: Client, args) -> int:

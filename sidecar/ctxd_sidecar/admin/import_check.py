@@ -71,3 +71,23 @@ def header(n: int, obj: dict) -> None:
     skills = obj.get("skills")
     if skills is not None and not isinstance(skills, list):
         raise _bad(n, "skills", "must be a list", skills)
+
+
+def archive(n: int, obj: dict) -> list[pb.Message]:
+    """The header's folded messages (``archive``): exactly ``m1..m{folded}``."""
+    value = obj.get("archive")
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _bad(n, "archive", "must be a list of messages", value)
+    out = []
+    for i, m in enumerate(value):
+        try:
+            out.append(json_format.ParseDict(m, pb.Message()))
+        except (json_format.ParseError, TypeError, ValueError, AttributeError) as exc:
+            why = f"item {i} is not a ctxd Message ({exc})"
+            raise AdminError(f"line {n}: field 'archive' {why}", 2) from None
+    want = [f"m{i}" for i in range(1, int(obj.get("folded") or 0) + 1)]
+    if [m.id for m in out] != want:
+        raise _bad(n, "archive", f"must hold the folded messages m1..m{len(want)}", value)
+    return out

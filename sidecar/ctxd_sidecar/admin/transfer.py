@@ -30,10 +30,19 @@ part-way deletes what it created, so it can be run again once the cause is
 fixed; one killed part-way leaves a context holding a prefix of the file,
 which the next run recognises, deletes and imports again.
 
+The compaction archive travels too: when every folded message is still
+stored (each compaction record expandable, together ``m1..mK``), the header's
+``archive`` holds them as ExpandCompaction returned them (verified against
+each record's hash; a mismatch stops the export with DATA_LOSS). Import then
+appends them instead of the placeholders, and its one compaction folds
+exactly them: ExpandCompaction on the imported context returns the same
+messages, byte for byte, under one record (its own hash), and the ledger is
+rebuilt from them. Otherwise placeholders stand in, as before.
+
 Not restored: the version and timestamps of the record itself, the
-summary's verbatim ledger (not part of the API), loaded skills (named in the
-header; load them again with LoadSkill) and the compaction archive
-(ExpandCompaction on the imported context shows the placeholders).
+summary's verbatim ledger when there is no archive (not part of the API),
+loaded skills (named in the header; load them again with LoadSkill) and the
+split of the folded messages between several compactions.
 """
 
 from __future__ import annotations
@@ -54,6 +63,7 @@ FORMAT = 1
 #: Messages per AppendTurn on import (the server's default cap is 256).
 TURN = 200
 PLACEHOLDER = "folded before export"
+_PLACEHOLDER_MSG = pb.Message(note=pb.NoteMessage(text=PLACEHOLDER))
 MAX_MODEL_WINDOW = import_check.MAX_MODEL_WINDOW
 
 
@@ -91,8 +101,25 @@ def _seq(message_id: str) -> int:
         return 0
 
 
-def export_lines(ctx: pb.Context, messages: list[pb.Message]) -> Iterator[str]:
-    folded = _seq(messages[0].id) - 1 if messages else ctx.summary.covers_messages
+def read_archive(client: Client, ctx: pb.Context, folded: int) -> list[pb.Message]:
+    """Every folded message ``m1..m{folded}`` as ExpandCompaction returns them,
+    or [] when some are no longer stored (their records dropped or expired)."""
+    if folded <= 0 or not all(r.expandable for r in ctx.compactions):
+        return []
+    out: list[pb.Message] = []
+    for rec in ctx.compactions:
+        out.extend(client.expand_compaction(ctx.id, rec.id))
+    return out if [m.id for m in out] == [f"m{i}" for i in range(1, folded + 1)] else []
+
+
+def _folded(ctx: pb.Context, messages: list[pb.Message]) -> int:
+    return max(_seq(messages[0].id) - 1 if messages else ctx.summary.covers_messages, 0)
+
+
+def export_lines(
+    ctx: pb.Context, messages: list[pb.Message], archive: list[pb.Message] = ()
+) -> Iterator[str]:
+    folded = _folded(ctx, messages)
     header = {
         "ctxd_export": FORMAT,
         "id": ctx.id,
@@ -106,9 +133,11 @@ def export_lines(ctx: pb.Context, messages: list[pb.Message]) -> Iterator[str]:
         "task": ctx.task,
         "model": ctx.model,
         "model_window": ctx.model_window,
-        "folded": max(folded, 0),
+        "folded": folded,
         "messages": len(messages),
     }
+    if archive:
+        header["archive"] = [_dict(m) for m in archive]
     yield json.dumps(header, ensure_ascii=False, sort_keys=True)
     for m in messages:
         yield json.dumps(_dict(m), ensure_ascii=False, sort_keys=True)
@@ -134,6 +163,7 @@ def parse(lines: Iterable[str]) -> Iterator[tuple[dict, list[pb.Message]]]:
             if obj["ctxd_export"] != FORMAT:
                 raise AdminError(f"line {n}: unknown export format {obj['ctxd_export']!r}", 2)
             import_check.header(n, obj)
+            import_check.archive(n, obj)
             if obj["id"] in seen:
                 raise AdminError(
                     f"line {n}: field 'id': context {obj['id']} is already in the file "
@@ -212,15 +242,19 @@ def left_by_import(
         return None
     folded = int(header.get("folded") or 0)
     ours = {m.id: m for m in messages}
+    archived = {m.id: m for m in import_check.archive(0, header)}
     for m in held:
         if _seq(m.id) <= folded:
-            if not (m.HasField("note") and m.note.text == PLACEHOLDER):
+            if archived:
+                if archived.get(m.id) != m:
+                    return None
+            elif not (m.HasField("note") and m.note.text == PLACEHOLDER):
                 return None
         elif ours.get(m.id) != m:
             return None
     if [m.id for m in held] != [m.id for m in messages]:
         return False
-    now = json.loads(next(export_lines(ctx, held)))
+    now = json.loads(next(export_lines(ctx, held, read_archive(client, ctx, _folded(ctx, held)))))
     return all(_restored(now.get(k)) == _restored(header.get(k)) for k in RESTORED)
 
 
@@ -243,6 +277,16 @@ def import_context(client: Client, header: dict, messages: list[pb.Message]) -> 
         )
     try:
         return _rebuild(client, cid, header, messages)
+    except AdminError as exc:
+        with contextlib.suppress(AdminError):
+            client.delete(cid)
+        if not header.get("archive"):
+            raise
+        # The folded messages would not go in as they are (a sidecar that
+        # refuses them): placeholders stand in for them, as without an archive.
+        plain = {k: v for k, v in header.items() if k != "archive"}
+        out = import_context(client, plain, messages)
+        return {**out, "archive": f"not restored ({exc.message})"}
     except BaseException:
         with contextlib.suppress(AdminError):
             client.delete(cid)
@@ -275,9 +319,9 @@ def _rebuild(client: Client, cid: str, header: dict, messages: list[pb.Message])
         # Created empty (CreateContext): no turn to append, so create it as such.
         client.create(cid, **attrs)
     if folded:
+        archive = import_check.archive(0, header) or [_PLACEHOLDER_MSG] * folded
         for start in range(0, folded, TURN):
-            n = min(TURN, folded - start)
-            append([pb.Message(note=pb.NoteMessage(text=PLACEHOLDER)) for _ in range(n)], False)
+            append(archive[start : start + TURN], False)
         # Live messages one at a time until the placeholders can be folded:
         # the kept side must open at a user message or a whole tool round,
         # as it did where the export came from.
@@ -340,7 +384,8 @@ def write_export(client: Client, ids: list[str], out: IO[str]) -> int:
     count = 0
     for cid in ids:
         ctx, messages = read_full(client, cid)
-        for line in export_lines(ctx, messages):
+        archive = read_archive(client, ctx, _folded(ctx, messages))
+        for line in export_lines(ctx, messages, archive):
             out.write(line + "\n")
         count += 1
     out.flush()

@@ -56,3 +56,10 @@ class LimitExceeded(CtxdError):
 
 class Unavailable(CtxdError):
     """A dependency (store, summariser) is down or too slow; retry later."""
+
+
+class DataLoss(CtxdError):
+    """Stored data does not match what ctxd recorded of it (a hash); it is
+    not served."""
+
+    reason = "ARCHIVE_MISMATCH"

@@ -37,6 +37,13 @@ class ContextsObserver(Protocol):
     def context_tokens(self, tokens: int) -> None:
         """A turn was committed; the context's token estimate is now ``tokens``."""
 
+    def cache_usage(self, input_tokens: int, cached: int, written: int) -> None:
+        """RecordUsage reported the provider's cache counts for one call."""
+
+    def compaction_cache(self, trigger: str, predicted: int, written: int) -> None:
+        """The first usage report after a compaction: the cache writes its
+        CacheEffect predicted, and those the provider reported."""
+
 
 class StoreObserver(Protocol):
     """Told of every store call :class:`ctxd_sidecar.core.storage.Storage` makes."""
@@ -66,6 +73,12 @@ class NullObserver:
         pass
 
     def context_tokens(self, tokens: int) -> None:
+        pass
+
+    def cache_usage(self, input_tokens: int, cached: int, written: int) -> None:
+        pass
+
+    def compaction_cache(self, trigger: str, predicted: int, written: int) -> None:
         pass
 
     def store_op(self, backend: str, op: str, seconds: float, error_kind: str | None) -> None:

@@ -32,6 +32,7 @@ from ctxd_sidecar.core.contexts.model import (
 from ctxd_sidecar.core.errors import InvalidArgument
 from ctxd_sidecar.core.jsonvalue import parse_json
 from ctxd_sidecar.core.plan import Binding, BindingKind, PlanItemSpec, PlanStatus, RunOutcome
+from ctxd_sidecar.server.usage_convert import cache_cost_pb, cache_usage_pb
 
 pb = context_pb2
 
@@ -194,6 +195,8 @@ def record_pb(r: CompactionInfo) -> pb.CompactionRecord:
         ts_ms=r.ts,
         expandable=r.expandable,
         fidelity=fidelity_pb(r.fidelity),
+        folded_sha256=r.folded_sha256,
+        cache_cost=cache_cost_pb(r),
     )
 
 
@@ -248,6 +251,7 @@ def context_meta_pb(st: ContextState) -> pb.Context:
         created_ms=st.created,
         updated_ms=st.updated,
         model=st.model,
+        cache_usage=cache_usage_pb(st.calibration.cache) if st.calibration.cache.reports else None,
     )
 
 

@@ -14,6 +14,7 @@ import grpc
 
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 from ctxd_sidecar.api.ctxd.v1 import context_pb2_grpc
+from ctxd_sidecar.core.contexts import usage
 from ctxd_sidecar.core.contexts.compaction import Compactor
 from ctxd_sidecar.core.contexts.deletion import Deletion
 from ctxd_sidecar.core.contexts.listing import Listing
@@ -42,6 +43,7 @@ from ctxd_sidecar.server.context_convert import (
 )
 from ctxd_sidecar.server.context_edits import ContextEdits, TranscriptEdits
 from ctxd_sidecar.server.context_history import ContextHistory, Forks, History
+from ctxd_sidecar.server.usage_convert import cache_usage_pb
 
 
 class ContextServicer(ContextEdits, ContextHistory, context_pb2_grpc.ContextServiceServicer):
@@ -148,10 +150,18 @@ class ContextServicer(ContextEdits, ContextHistory, context_pb2_grpc.ContextServ
     async def RecordUsage(
         self, request: pb.RecordUsageRequest, context: grpc.aio.ServicerContext
     ) -> pb.RecordUsageResponse:
-        est, ratio = await self.contexts.record_usage(
-            request.context_id, request.input_tokens, request.output_tokens, request.model
+        est, ratio, cache = await usage.record_usage(
+            self.contexts,
+            request.context_id,
+            request.input_tokens,
+            request.output_tokens,
+            request.model,
+            request.cached_input_tokens if request.HasField("cached_input_tokens") else None,
+            request.cache_write_tokens if request.HasField("cache_write_tokens") else None,
         )
-        return pb.RecordUsageResponse(est_tokens=est, calibration=ratio)
+        return pb.RecordUsageResponse(
+            est_tokens=est, calibration=ratio, cache_usage=cache_usage_pb(cache)
+        )
 
     # -- compaction ----------------------------------------------------------------------------
     async def PlanCompaction(

@@ -79,6 +79,30 @@ SUMMARIES_REFUSED = Counter(
     "Compactions declined because the summary was malformed, empty or a placeholder.",
     ["trigger", "reason"],
 )
+USAGE_INPUT = Counter(
+    "ctxd_usage_input_tokens_total",
+    "Input tokens of RecordUsage reports that carried prompt-cache counts "
+    "(the denominator of the cache-read share).",
+)
+USAGE_CACHED = Counter(
+    "ctxd_usage_cached_input_tokens_total",
+    "Input tokens the provider read from its prompt cache (RecordUsage).",
+)
+USAGE_CACHE_WRITES = Counter(
+    "ctxd_usage_cache_write_tokens_total",
+    "Input tokens the provider wrote to its prompt cache (RecordUsage).",
+)
+COMPACTION_CACHE_PREDICTED = Counter(
+    "ctxd_compaction_cache_write_predicted_tokens_total",
+    "Cache writes compactions predicted (CacheEffect.tokens_rewritten), counted "
+    "when the first usage report after the compaction arrives, by trigger.",
+    ["trigger"],
+)
+COMPACTION_CACHE_WRITES = Counter(
+    "ctxd_compaction_cache_write_tokens_total",
+    "Cache writes the provider reported on the first usage report after a compaction, by trigger.",
+    ["trigger"],
+)
 MEMORY_KEYS = Gauge("ctxd_memory_keys", "Live agent-memory keys in this instance.")
 MEMORY_BYTES = Gauge("ctxd_memory_bytes", "Bytes of agent-memory values in this instance.")
 
@@ -129,6 +153,15 @@ class PrometheusObserver:
 
     def context_tokens(self, tokens: int) -> None:
         CONTEXT_TOKENS.observe(tokens)
+
+    def cache_usage(self, input_tokens: int, cached: int, written: int) -> None:
+        USAGE_INPUT.inc(input_tokens)
+        USAGE_CACHED.inc(cached)
+        USAGE_CACHE_WRITES.inc(written)
+
+    def compaction_cache(self, trigger: str, predicted: int, written: int) -> None:
+        COMPACTION_CACHE_PREDICTED.labels(trigger).inc(predicted)
+        COMPACTION_CACHE_WRITES.labels(trigger).inc(written)
 
     def store_op(self, backend: str, op: str, seconds: float, error_kind: str | None) -> None:
         """As ``ctxd_store_operation_seconds`` and ``ctxd_store_errors_total``."""

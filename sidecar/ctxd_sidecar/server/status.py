@@ -20,6 +20,7 @@ _CODES: list[tuple[type[errors.CtxdError], int]] = [
     (errors.OutOfRange, code_pb2.OUT_OF_RANGE),
     (errors.LimitExceeded, code_pb2.RESOURCE_EXHAUSTED),
     (errors.Unavailable, code_pb2.UNAVAILABLE),
+    (errors.DataLoss, code_pb2.DATA_LOSS),
 ]
 
 

@@ -9,10 +9,20 @@ being deleted, and folded messages that never reached a segment are written
 to one by the next checkpoint. Archived segments go once
 ``compaction.archive_ttl`` passes, or with the context. Until then
 :func:`expand` pages through them.
+
+Archives verify: a record carries the SHA-256 of the messages it folded
+(:func:`folded_sha256`, over each message's stored JSON form less the
+bookkeeping version ``v``), and :func:`expand` reads the whole span, hashes
+it and answers :class:`~ctxd_sidecar.core.errors.DataLoss` when it does
+not match, so a damaged or partly lost archive is never served. Records
+written before the hash existed have none and are served unchecked.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -21,33 +31,52 @@ from ctxd_sidecar.core.compaction.fidelity import Fidelity
 from ctxd_sidecar.core.contexts.model import ContextState, Msg, SegmentRef, message_id
 from ctxd_sidecar.core.contexts.persistence import ContextStore
 from ctxd_sidecar.core.contexts.views import message_bytes, page_size
-from ctxd_sidecar.core.errors import InvalidArgument, NotFound
+from ctxd_sidecar.core.errors import DataLoss, InvalidArgument, NotFound
+
+log = logging.getLogger(__name__)
+
+
+def folded_sha256(msgs: list[Msg]) -> str:
+    """The hash a compaction record keeps of the messages it folded: each
+    message's JSON form (keys sorted, without ``v``, the version that
+    appended it, which is bookkeeping), one per line."""
+    h = hashlib.sha256()
+    for m in msgs:
+        d = m.to_dict()
+        d.pop("v", None)
+        h.update(json.dumps(d, sort_keys=True, separators=(",", ":")).encode())
+        h.update(b"\n")
+    return h.hexdigest()
 
 
 def new_record(
+    folded: list[Msg],
     *,
-    first: int,
-    through: int,
-    folded: int,
     before: int,
     after: int,
     artifacts: int,
     by: str,
     fidelity: dict[str, Any] | None = None,
+    trigger: str = "",
+    predicted_writes: int = 0,
 ) -> dict[str, Any]:
-    """The record a ``compact`` log record carries (id, version and time are
-    filled in from the log record when it is applied)."""
+    """The record a ``compact`` log record carries for folding ``folded`` (id,
+    version and time are filled in from the log record when it is applied)."""
     out = {
-        "first": first,
-        "through": through,
-        "folded": folded,
+        "first": folded[0].seq,
+        "through": folded[-1].seq,
+        "folded": len(folded),
         "before": before,
         "after": after,
         "artifacts": artifacts,
         "by": by,
+        "sha": folded_sha256(folded),
     }
     if fidelity is not None:
         out["fid"] = fidelity
+    if trigger:
+        out["trig"] = trigger
+    out["cfx"] = predicted_writes
     return out
 
 
@@ -69,9 +98,17 @@ class CompactionInfo:
     #: What the compaction kept of its span's verbatim artifacts (None for
     #: records written before ctxd measured it).
     fidelity: Fidelity | None = None
+    #: SHA-256 of the folded messages ("" on records from before it was kept).
+    folded_sha256: str = ""
+    #: manual, auto or runtime ("" on older records).
+    trigger: str = ""
+    #: CacheEffect.tokens_rewritten when it compacted.
+    predicted_writes: int = 0
+    #: [cache writes, cached input, input] the first usage report after it gave.
+    reported: tuple[int, int, int] | None = None
 
 
-def info(d: dict[str, Any], expandable: bool) -> CompactionInfo:
+def info(d: dict[str, Any], expandable: bool, reported: list[int] | None = None) -> CompactionInfo:
     return CompactionInfo(
         id=str(d["id"]),
         version=int(d["v"]),
@@ -85,11 +122,16 @@ def info(d: dict[str, Any], expandable: bool) -> CompactionInfo:
         ts=int(d.get("ts", 0)),
         expandable=expandable,
         fidelity=Fidelity.from_dict(d.get("fid")),
+        folded_sha256=str(d.get("sha", "")),
+        trigger=str(d.get("trig", "")),
+        predicted_writes=int(d.get("cfx", 0)),
+        reported=(int(reported[0]), int(reported[1]), int(reported[2])) if reported else None,
     )
 
 
 def records(st: ContextState, ttl_ms: int, now_ms: int) -> list[CompactionInfo]:
-    return [info(d, expandable(d, ttl_ms, now_ms)) for d in st.compactions]
+    after = st.calibration.cache.after
+    return [info(d, expandable(d, ttl_ms, now_ms), after.get(d["id"])) for d in st.compactions]
 
 
 def expandable(d: dict[str, Any], ttl_ms: int, now_ms: int) -> bool:
@@ -141,16 +183,13 @@ async def expand(
     first, through = int(found["first"]), int(found["through"])
     after = _decode_token(token, first)
     limit = page_size(size)
-    wanted: dict[int, Msg] = {
-        m.seq: m for m in st.unarchived if after < m.seq <= through and m.seq >= first
-    }
-    for seg in sources(st, max(first, after + 1), through):
-        if len(wanted) >= limit and min(wanted) <= seg.first:
-            break
-        for m in await store.read_segment(st, seg):
-            if after < m.seq <= through and m.seq >= first and not st.is_cut(m.seq):
-                wanted.setdefault(m.seq, m)
-    ordered = [wanted[s] for s in sorted(wanted)]
+    sha = str(found.get("sha", ""))
+    if sha:
+        wanted = await _span(store, st, first, through, first - 1, 0)
+        _verify(st, rec, sha, [wanted[s] for s in sorted(wanted)])
+    else:
+        wanted = await _span(store, st, first, through, after, limit)
+    ordered = [wanted[s] for s in sorted(wanted) if s > after]
     out: list[Msg] = []
     budget = 3 * 1024 * 1024
     for m in ordered:
@@ -162,3 +201,37 @@ async def expand(
     # Folded messages are contiguous: first..through.
     more = bool(out) and out[-1].seq < through
     return rec, out, f"e{out[-1].seq}" if more else ""
+
+
+async def _span(
+    store: ContextStore, st: ContextState, first: int, through: int, after: int, limit: int
+) -> dict[int, Msg]:
+    """The stored messages ``first..through`` after seq ``after``: all of them
+    when ``limit`` is 0, else at least the first ``limit``."""
+    wanted: dict[int, Msg] = {
+        m.seq: m for m in st.unarchived if after < m.seq <= through and m.seq >= first
+    }
+    for seg in sources(st, max(first, after + 1), through):
+        if limit and len(wanted) >= limit and min(wanted) <= seg.first:
+            break
+        for m in await store.read_segment(st, seg):
+            if after < m.seq <= through and m.seq >= first and not st.is_cut(m.seq):
+                wanted.setdefault(m.seq, m)
+    return wanted
+
+
+def _verify(st: ContextState, rec: CompactionInfo, sha: str, msgs: list[Msg]) -> None:
+    found = folded_sha256(msgs)
+    if found == sha:
+        return
+    log.error(
+        "compaction archive does not verify",
+        extra={"context": st.id, "compaction": rec.id, "expected": sha, "found": found},
+    )
+    raise DataLoss(
+        f"context {st.id}: the messages compaction {rec.id} folded do not match the "
+        f"SHA-256 it recorded ({len(msgs)} of {rec.folded} messages found, hash "
+        f"{found[:12]}… instead of {sha[:12]}…): the store's archive was changed or lost "
+        "part of it, so ctxd will not serve it. Restore the context from a backup or an "
+        "export of the store taken before the damage (`ctxd contexts export`)"
+    )

@@ -287,7 +287,7 @@ class Compactor:
                 exc.reason, f"{exc.message}; send the model's JSON answer or plain text"
             ) from None
         try:
-            result = await self._commit(context_id, ref, summary, by="runtime", may_grow=True)
+            result = await self._commit(context_id, ref, summary, by="runtime", trigger="runtime")
         except SummariserError as exc:  # low fidelity
             report.refused(self.observer, context_id, "runtime", exc)
             raise
@@ -299,13 +299,14 @@ class Compactor:
         return result
 
     async def _commit(
-        self, context_id: str, ref: PlanRef, addition: Summary, *, by: str, may_grow: bool = False
+        self, context_id: str, ref: PlanRef, addition: Summary, *, by: str, trigger: str
     ) -> ApplyResult:
         """Decide the fold on the state the transaction holds and commit it
-        (deciding again after a lost race), then let plugins act on it."""
+        (deciding again after a lost race), then let plugins act on it; only
+        the runtime's own answer may grow the context."""
         async with self.service.transaction(context_id) as tx:
             while await tx.next():
-                fold = self._fold(tx.state, ref, addition, by=by, may_grow=may_grow)
+                fold = self._fold(tx.state, ref, addition, by=by, trigger=trigger)
                 if await tx.commit({**fold.record, "ts": self.service.now()}, event="compaction"):
                     st = tx.state
                     # Copied before awaiting: the record is the live object.
@@ -330,7 +331,7 @@ class Compactor:
         return result
 
     def _fold(
-        self, st: ContextState, ref: PlanRef, addition: Summary, *, by: str, may_grow: bool
+        self, st: ContextState, ref: PlanRef, addition: Summary, *, by: str, trigger: str
     ) -> Fold:
         """The fold of ``ref``'s messages into the summary, decided on ``st``
         (domain errors when the plan no longer fits it; nothing is written)."""
@@ -355,13 +356,13 @@ class Compactor:
         evict = skills_to_evict([s.name for s in st.skills], msgs[n:], also_referenced_in=plan_text)
         before = st.est_tokens
         after = st.calibration.apply(st.msg_tokens - folded_tokens + _block_tokens(merged, st))
-        if after > before and not may_grow:
+        if after > before and trigger != "runtime":
             raise WouldGrow(
                 f"context {st.id}: folding {n} messages ({folded_tokens} tokens) into this "
                 f"summary would take the context from {before} to {after} tokens; a "
                 "compaction never makes a context larger (fold more, or answer shorter)"
             )
-        kept = dict(first=ref.first, through=ref.through, folded=n, before=before, after=after)
+        cache = cache_effect(st, merged, n)
         record = {
             "op": OP,
             "through": ref.through,
@@ -372,10 +373,17 @@ class Compactor:
             "before": before,
             "after": after,
             "record": new_record(
-                **kept, artifacts=len(merged.ledger), by=by, fidelity=fidelity.to_dict()
+                msgs[:n],
+                before=before,
+                after=after,
+                artifacts=len(merged.ledger),
+                by=by,
+                fidelity=fidelity.to_dict(),
+                trigger=trigger,
+                predicted_writes=cache.tokens_rewritten,
             ),
         }
-        return Fold(n, before, after, evict, fidelity, cache_effect(st, merged, n), record)
+        return Fold(n, before, after, evict, fidelity, cache, record)
 
     def _redacted(self, context_id: str, msgs: list[Msg]) -> list:
         """The messages as they may leave ctxd for a summariser model."""
@@ -452,7 +460,9 @@ class Compactor:
                 narrative_max_chars=self.cfg.narrative_max_chars,
             )
             guard.check(done.summary, f"summariser {plugin.name!r}'s answer")
-            applied = await self._commit(context_id, ref, done.summary, by=plugin.name)
+            applied = await self._commit(
+                context_id, ref, done.summary, by=plugin.name, trigger=trigger
+            )
         except SummariserError as exc:
             if exc.reason not in guard.REASONS:
                 self.observer.compaction(trigger, "failed")

@@ -48,7 +48,7 @@ from ctxd_sidecar.core.contexts.transaction import COMMIT_ATTEMPTS, Missing, Tra
 from ctxd_sidecar.core.contexts.trash import Trash
 from ctxd_sidecar.core.errors import Conflict, CtxdError, InvalidArgument
 from ctxd_sidecar.core.keyindex import KeyIndex
-from ctxd_sidecar.core.observe import ContextsObserver
+from ctxd_sidecar.core.observe import ContextsObserver, NullObserver
 from ctxd_sidecar.core.storage import Storage
 from ctxd_sidecar.plugin.store import Item
 
@@ -98,6 +98,7 @@ class ContextService:
         self._registry = Registry(
             config.cache_max_contexts, config.cache_max_bytes, self.checkpoints.on_evict, observer
         )
+        self.usage_observer: ContextsObserver = observer or NullObserver()
         self._tasks: set[asyncio.Task] = set()
         self.root_ready = False
         #: Reads check the store for other replicas' writes (shared stores,
@@ -427,33 +428,15 @@ class ContextService:
     def unwatch(self, sub: Subscription) -> None:
         self.feed.unsubscribe(sub)
 
+    @asynccontextmanager
+    async def held(self, cid: str) -> AsyncIterator[ContextState | None]:
+        """The context's state under its lock, for a change that writes no record (usage)."""
+        async with self._registry.use(cid) as e, e.lock:
+            yield await self.load(e)
+
     async def checkpoint_now(self, cid: str, held: ContextState | None = None) -> bool:
         """Checkpoint a resident context now (admin, tests; a fork's source while ``held``)."""
         e = self._registry.peek(cid)
         if e is None or (held is not None and e.state is not held):
             return False
         return await self.checkpoints.checkpoint(e)
-
-    # -- RecordUsage -------------------------------------------------------------------------------
-    async def record_usage(
-        self, context_id: str, input_tokens: int, output_tokens: int = 0, model: str = ""
-    ) -> tuple[int, float]:
-        """Calibrate the context's estimate from a provider's reported input
-        tokens. Not a versioned change: the factor rides along with the next
-        record and checkpoint."""
-        cid = validate.context_id(context_id)
-        if input_tokens <= 0:
-            raise InvalidArgument(
-                "input_tokens", "must be positive (the provider's reported prompt tokens)"
-            )
-        if output_tokens < 0:
-            raise InvalidArgument("output_tokens", "must not be negative")
-        validate.bounded(model, "model", validate.MAX_MODEL_NAME)
-        async with self._registry.use(cid) as e, e.lock:
-            st = await self.load(e)
-            if st is None or not st.exists:
-                raise not_found(cid)
-            if st.calibration.observe(input_tokens, st.raw_tokens, model or st.model):
-                st.dirty = True
-            ratio = st.calibration.ratio if st.calibration.samples else 1.0
-            return st.est_tokens, ratio

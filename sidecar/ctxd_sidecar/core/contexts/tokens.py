@@ -25,8 +25,10 @@ applied to ``est_tokens``:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from ctxd_sidecar.core.contexts.cacheuse import CacheUsage
 
 # The one estimate, re-exported for the contexts package.
 from ctxd_sidecar.core.estimate import MESSAGE_OVERHEAD as MESSAGE_OVERHEAD
@@ -70,6 +72,13 @@ class Calibration:
     ratio: float = 1.0
     model: str = ""
     samples: int = 0
+    #: The provider's prompt-cache figures (they ride with the calibration).
+    cache: CacheUsage = field(default_factory=CacheUsage)
+
+    @property
+    def kept(self) -> bool:
+        """Whether there is anything to persist."""
+        return bool(self.samples or self.cache.reports)
 
     def apply(self, raw_tokens: int) -> int:
         return raw_tokens if self.samples == 0 else math.ceil(raw_tokens * self.ratio)
@@ -89,10 +98,18 @@ class Calibration:
         return True
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ratio": self.ratio, "model": self.model, "samples": self.samples}
+        out: dict[str, Any] = {"ratio": self.ratio, "model": self.model, "samples": self.samples}
+        if self.cache.reports:
+            out["cache"] = self.cache.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> Calibration:
         if not d:
             return cls()
-        return cls(float(d.get("ratio", 1.0)), str(d.get("model", "")), int(d.get("samples", 0)))
+        return cls(
+            float(d.get("ratio", 1.0)),
+            str(d.get("model", "")),
+            int(d.get("samples", 0)),
+            CacheUsage.from_dict(d.get("cache")),
+        )

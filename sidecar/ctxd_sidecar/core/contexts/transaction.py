@@ -168,7 +168,7 @@ class Transaction:
                 e.stale = True  # created elsewhere meanwhile
                 return False
         rec = {"ts": svc.now(), **body, "v": st.version + 1}
-        if st.calibration.samples and "cal" not in rec:
+        if st.calibration.kept and "cal" not in rec:
             rec["cal"] = st.calibration.to_dict()
         try:
             await svc.write(e, st, rec, built)

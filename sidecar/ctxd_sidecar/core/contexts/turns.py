@@ -241,7 +241,7 @@ class Turns:
         if req.idempotency_key:
             rec["idem"] = req.idempotency_key
             rec["res"] = result
-        if st.calibration.samples:
+        if st.calibration.kept:
             rec["cal"] = st.calibration.to_dict()
         return rec, built, result
 

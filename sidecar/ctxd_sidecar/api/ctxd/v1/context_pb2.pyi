@@ -259,7 +259,7 @@ class Plan(_message.Message):
     def __init__(self, goal: _Optional[str] = ..., items: _Optional[_Iterable[_Union[PlanItem, _Mapping]]] = ..., updated_ms: _Optional[int] = ...) -> None: ...
 
 class Context(_message.Message):
-    __slots__ = ("id", "kind", "version", "messages", "summary", "skills", "plan", "preflight_json", "est_tokens", "model_window", "principal", "task", "turns", "created_ms", "updated_ms", "model", "compactions")
+    __slots__ = ("id", "kind", "version", "messages", "summary", "skills", "plan", "preflight_json", "est_tokens", "model_window", "principal", "task", "turns", "created_ms", "updated_ms", "model", "compactions", "cache_usage")
     ID_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -277,6 +277,7 @@ class Context(_message.Message):
     UPDATED_MS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     COMPACTIONS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_USAGE_FIELD_NUMBER: _ClassVar[int]
     id: str
     kind: ContextKind
     version: int
@@ -294,10 +295,11 @@ class Context(_message.Message):
     updated_ms: int
     model: str
     compactions: _containers.RepeatedCompositeFieldContainer[CompactionRecord]
-    def __init__(self, id: _Optional[str] = ..., kind: _Optional[_Union[ContextKind, str]] = ..., version: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., summary: _Optional[_Union[Summary, _Mapping]] = ..., skills: _Optional[_Iterable[_Union[SkillRef, _Mapping]]] = ..., plan: _Optional[_Union[Plan, _Mapping]] = ..., preflight_json: _Optional[str] = ..., est_tokens: _Optional[int] = ..., model_window: _Optional[int] = ..., principal: _Optional[str] = ..., task: _Optional[str] = ..., turns: _Optional[int] = ..., created_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ..., model: _Optional[str] = ..., compactions: _Optional[_Iterable[_Union[CompactionRecord, _Mapping]]] = ...) -> None: ...
+    cache_usage: CacheUsage
+    def __init__(self, id: _Optional[str] = ..., kind: _Optional[_Union[ContextKind, str]] = ..., version: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., summary: _Optional[_Union[Summary, _Mapping]] = ..., skills: _Optional[_Iterable[_Union[SkillRef, _Mapping]]] = ..., plan: _Optional[_Union[Plan, _Mapping]] = ..., preflight_json: _Optional[str] = ..., est_tokens: _Optional[int] = ..., model_window: _Optional[int] = ..., principal: _Optional[str] = ..., task: _Optional[str] = ..., turns: _Optional[int] = ..., created_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ..., model: _Optional[str] = ..., compactions: _Optional[_Iterable[_Union[CompactionRecord, _Mapping]]] = ..., cache_usage: _Optional[_Union[CacheUsage, _Mapping]] = ...) -> None: ...
 
 class CompactionRecord(_message.Message):
-    __slots__ = ("id", "version", "first_message_id", "last_message_id", "folded", "tokens_before", "tokens_after", "artifacts", "summariser", "ts_ms", "expandable", "fidelity")
+    __slots__ = ("id", "version", "first_message_id", "last_message_id", "folded", "tokens_before", "tokens_after", "artifacts", "summariser", "ts_ms", "expandable", "fidelity", "folded_sha256", "cache_cost")
     ID_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     FIRST_MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -310,6 +312,8 @@ class CompactionRecord(_message.Message):
     TS_MS_FIELD_NUMBER: _ClassVar[int]
     EXPANDABLE_FIELD_NUMBER: _ClassVar[int]
     FIDELITY_FIELD_NUMBER: _ClassVar[int]
+    FOLDED_SHA256_FIELD_NUMBER: _ClassVar[int]
+    CACHE_COST_FIELD_NUMBER: _ClassVar[int]
     id: str
     version: int
     first_message_id: str
@@ -322,7 +326,37 @@ class CompactionRecord(_message.Message):
     ts_ms: int
     expandable: bool
     fidelity: Fidelity
-    def __init__(self, id: _Optional[str] = ..., version: _Optional[int] = ..., first_message_id: _Optional[str] = ..., last_message_id: _Optional[str] = ..., folded: _Optional[int] = ..., tokens_before: _Optional[int] = ..., tokens_after: _Optional[int] = ..., artifacts: _Optional[int] = ..., summariser: _Optional[str] = ..., ts_ms: _Optional[int] = ..., expandable: _Optional[bool] = ..., fidelity: _Optional[_Union[Fidelity, _Mapping]] = ...) -> None: ...
+    folded_sha256: str
+    cache_cost: CompactionCacheCost
+    def __init__(self, id: _Optional[str] = ..., version: _Optional[int] = ..., first_message_id: _Optional[str] = ..., last_message_id: _Optional[str] = ..., folded: _Optional[int] = ..., tokens_before: _Optional[int] = ..., tokens_after: _Optional[int] = ..., artifacts: _Optional[int] = ..., summariser: _Optional[str] = ..., ts_ms: _Optional[int] = ..., expandable: _Optional[bool] = ..., fidelity: _Optional[_Union[Fidelity, _Mapping]] = ..., folded_sha256: _Optional[str] = ..., cache_cost: _Optional[_Union[CompactionCacheCost, _Mapping]] = ...) -> None: ...
+
+class CompactionCacheCost(_message.Message):
+    __slots__ = ("predicted_write_tokens", "reported", "cache_write_tokens", "cached_input_tokens", "input_tokens")
+    PREDICTED_WRITE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    REPORTED_FIELD_NUMBER: _ClassVar[int]
+    CACHE_WRITE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHED_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    predicted_write_tokens: int
+    reported: bool
+    cache_write_tokens: int
+    cached_input_tokens: int
+    input_tokens: int
+    def __init__(self, predicted_write_tokens: _Optional[int] = ..., reported: _Optional[bool] = ..., cache_write_tokens: _Optional[int] = ..., cached_input_tokens: _Optional[int] = ..., input_tokens: _Optional[int] = ...) -> None: ...
+
+class CacheUsage(_message.Message):
+    __slots__ = ("reports", "input_tokens", "cached_input_tokens", "cache_write_tokens", "cache_read_share")
+    REPORTS_FIELD_NUMBER: _ClassVar[int]
+    INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHED_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_WRITE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_READ_SHARE_FIELD_NUMBER: _ClassVar[int]
+    reports: int
+    input_tokens: int
+    cached_input_tokens: int
+    cache_write_tokens: int
+    cache_read_share: float
+    def __init__(self, reports: _Optional[int] = ..., input_tokens: _Optional[int] = ..., cached_input_tokens: _Optional[int] = ..., cache_write_tokens: _Optional[int] = ..., cache_read_share: _Optional[float] = ...) -> None: ...
 
 class Fidelity(_message.Message):
     __slots__ = ("artifacts", "carried", "score", "kinds", "dropped", "artifacts_since_start", "carried_since_start")
@@ -835,24 +869,30 @@ class RenderPromptResponse(_message.Message):
     def __init__(self, prompt: _Optional[str] = ..., prefix_hash: _Optional[str] = ..., prefix_end: _Optional[int] = ..., prefix_rebuilt: _Optional[bool] = ..., version: _Optional[int] = ...) -> None: ...
 
 class RecordUsageRequest(_message.Message):
-    __slots__ = ("context_id", "input_tokens", "output_tokens", "model")
+    __slots__ = ("context_id", "input_tokens", "output_tokens", "model", "cached_input_tokens", "cache_write_tokens")
     CONTEXT_ID_FIELD_NUMBER: _ClassVar[int]
     INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    CACHED_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_WRITE_TOKENS_FIELD_NUMBER: _ClassVar[int]
     context_id: str
     input_tokens: int
     output_tokens: int
     model: str
-    def __init__(self, context_id: _Optional[str] = ..., input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., model: _Optional[str] = ...) -> None: ...
+    cached_input_tokens: int
+    cache_write_tokens: int
+    def __init__(self, context_id: _Optional[str] = ..., input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., model: _Optional[str] = ..., cached_input_tokens: _Optional[int] = ..., cache_write_tokens: _Optional[int] = ...) -> None: ...
 
 class RecordUsageResponse(_message.Message):
-    __slots__ = ("est_tokens", "calibration")
+    __slots__ = ("est_tokens", "calibration", "cache_usage")
     EST_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CALIBRATION_FIELD_NUMBER: _ClassVar[int]
+    CACHE_USAGE_FIELD_NUMBER: _ClassVar[int]
     est_tokens: int
     calibration: float
-    def __init__(self, est_tokens: _Optional[int] = ..., calibration: _Optional[float] = ...) -> None: ...
+    cache_usage: CacheUsage
+    def __init__(self, est_tokens: _Optional[int] = ..., calibration: _Optional[float] = ..., cache_usage: _Optional[_Union[CacheUsage, _Mapping]] = ...) -> None: ...
 
 class WatchContextRequest(_message.Message):
     __slots__ = ("context_id",)
