@@ -357,32 +357,19 @@ class Compactor:
         before = st.est_tokens
         after = st.calibration.apply(st.msg_tokens - folded_tokens + _block_tokens(merged, st))
         if after > before and trigger != "runtime":
-            raise WouldGrow(
-                f"context {st.id}: folding {n} messages ({folded_tokens} tokens) into this "
-                f"summary would take the context from {before} to {after} tokens; a "
-                "compaction never makes a context larger (fold more, or answer shorter)"
-            )
+            raise _would_grow(st, n, folded_tokens, before, after)
         cache = cache_effect(st, merged, n)
-        record = {
-            "op": OP,
-            "through": ref.through,
-            "summary": merged.to_dict(),
-            "evict": evict,
-            "abandoned": [[c.id, c.name, c.arguments_json] for c in abandoned],
-            "folded": n,
-            "before": before,
-            "after": after,
-            "record": new_record(
-                msgs[:n],
-                before=before,
-                after=after,
-                artifacts=len(merged.ledger),
-                by=by,
-                fidelity=fidelity.to_dict(),
-                trigger=trigger,
-                predicted_writes=cache.tokens_rewritten,
-            ),
-        }
+        sealed = new_record(
+            msgs[:n],
+            before=before,
+            after=after,
+            artifacts=len(merged.ledger),
+            by=by,
+            fidelity=fidelity.to_dict(),
+            trigger=trigger,
+            predicted_writes=cache.tokens_rewritten,
+        )
+        record = _fold_record(ref, merged, evict, abandoned, before, after, sealed)
         return Fold(n, before, after, evict, fidelity, cache, record)
 
     def _redacted(self, context_id: str, msgs: list[Msg]) -> list:
@@ -478,3 +465,34 @@ class Compactor:
         self.observer.compaction(trigger, "ok")
         report.compacted(self.observer, context_id, trigger, plugin.name, applied)
         return CompactResult(True, summariser=plugin.name, applied=applied)
+
+
+def _would_grow(st: ContextState, n: int, folded_tokens: int, before: int, after: int) -> WouldGrow:
+    return WouldGrow(
+        f"context {st.id}: folding {n} messages ({folded_tokens} tokens) into this "
+        f"summary would take the context from {before} to {after} tokens; a "
+        "compaction never makes a context larger (fold more, or answer shorter)"
+    )
+
+
+def _fold_record(
+    ref: PlanRef,
+    merged: Summary,
+    evict: list[str],
+    abandoned: list,
+    before: int,
+    after: int,
+    sealed: dict[str, Any],
+) -> dict[str, Any]:
+    """The log record of a fold (``sealed``: its compaction record)."""
+    return {
+        "op": OP,
+        "through": ref.through,
+        "summary": merged.to_dict(),
+        "evict": evict,
+        "abandoned": [[c.id, c.name, c.arguments_json] for c in abandoned],
+        "folded": ref.count,
+        "before": before,
+        "after": after,
+        "record": sealed,
+    }
