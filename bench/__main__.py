@@ -30,6 +30,7 @@ SUITE_MODULES: tuple[str, ...] = (
     "bench.ctxd_postgres",
     "bench.ctxd_compaction",
     "bench.ctxd_ledger",
+    "bench.ctxd_fidelity",
     "bench.ctxd_index",
     "bench.ctxd_process",
     "bench.ctxd_ui",
@@ -114,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
         from bench.ctxd_history import add_checks as add_history_checks
 
         add_history_checks(report)
+        from bench.ctxd_fidelity import add_checks as add_fidelity_checks
+
+        add_fidelity_checks(report)
     except Exception as exc:  # noqa: BLE001 - keep the measured results
         ok = False
         report.failures.append(
