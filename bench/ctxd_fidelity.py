@@ -25,7 +25,9 @@ system                    what a compaction does
 ========================= ===============================================
 
 Also per system: **span shrink**, ``1 - summary after / (summary before +
-folded messages)`` in estimated tokens, averaged over every fold; and for
+folded messages)`` in estimated tokens, averaged over every fold (per fold
+number in ``extra["by_fold_pct"]``: later folds shrink less, as the lists
+fill to their caps and the ledger grows toward its budget); and for
 ctxd the fidelity report's score (:func:`ctxd_sidecar.core.compaction.
 fidelity.measure`) averaged over folds. Rows: ``fidelity.recall.<system>
 [.<kind>].c<n>`` (%), ``fidelity.shrink.<system>`` (%),
@@ -264,6 +266,10 @@ def fidelity_suite(ctx: Context) -> Iterator[Result]:
                 )  # fmt: skip
         shrink = 100.0 * sum(t.shrink) / len(t.shrink)
         extra = {**common, "folds": len(t.shrink), "min_pct": round(100 * min(t.shrink), 1)}
+        per = len(t.shrink) // sessions  # folds per session, in order
+        extra["by_fold_pct"] = [
+            round(100 * sum(t.shrink[i::per]) / len(t.shrink[i::per]), 1) for i in range(per)
+        ]
         yield Result(f"fidelity.shrink.{system}", GROUP, "%", shrink, None, len(t.shrink), extra)
         if t.scores:
             extra = {**common, "min_pct": round(100 * min(t.scores), 1)}

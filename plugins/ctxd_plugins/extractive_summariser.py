@@ -17,8 +17,10 @@ each list keeps its newest ``cap`` entries:
 * a sentence stating a number of its own (two digits or more: a count, a
   time, a version; not only a path or id: those are the ledger's) goes to
   ``facts``;
-* a tool result goes to ``facts`` as ``name#call_id: <first line>``
-  (``failed:`` for errors), system and note messages as ``note: …``.
+* a tool result goes to ``facts`` as ``name#call_id: <its telling line>``
+  (a JSON object's top-level values as ``key=value``, else the first line
+  naming a failure, else the first line; ``failed:`` for errors), system
+  and note messages as ``note: …``.
 
 An entry that restates a kept one (the same content words, or at most two
 more; see :func:`ctxd_sidecar.plugin.redundant`) is left out, across all
@@ -29,6 +31,7 @@ adds to every summary carries them.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 
@@ -50,6 +53,9 @@ NAME = "extractive"
 #: Characters of one entry from prose, and of one tool result's line.
 ENTRY_CHARS = 140
 RESULT_CHARS = 100
+#: Largest tool result read as JSON, and lines searched for a failure.
+SCAN_JSON_CHARS = 64 * 1024
+TELLING_LINES = 200
 #: Most entries one message contributes to one list.
 PER_MESSAGE = 2
 #: Entries of one list compared for restatements (the newest); bounds the
@@ -77,6 +83,10 @@ _FILLER = re.compile(
     re.IGNORECASE,
 )
 _DIGITS = re.compile(r"\d")
+_FAILURE = re.compile(
+    r"(?i)\b(?:error|errors|fail|failed|failure|fatal|exception|traceback|panic|denied|"
+    r"refused|timed? ?out|not found)\b"
+)
 #: A number of a sentence's own: two digits or more (a count, a time, a version).
 _NUMBER = re.compile(r"\d\d")
 #: How a request starts (after filler).
@@ -215,9 +225,33 @@ def _own_number(sentence: str) -> bool:
 
 
 def _result(m: MessageView) -> str:
-    body = _first_line(compact_json(m.content)) or "(empty)"
+    body = _telling(m.content) or "(empty)"
     verb = "failed: " if m.is_error else ""
     return _entry(f"{m.name}#{m.call_id}: {verb}{body}", RESULT_CHARS + len(m.name + m.call_id))
+
+
+def _telling(content: str) -> str:
+    """The line of a tool result that says most: a JSON object's top-level
+    values (``key=value``), else the first line naming a failure, else the
+    first line."""
+    text = content.strip()
+    if text[:1] == "{" and len(text) <= SCAN_JSON_CHARS:
+        try:
+            value = json.loads(text, parse_int=str, parse_float=str, parse_constant=str)
+        except (ValueError, RecursionError):
+            value = None
+        if isinstance(value, dict):
+            pairs = [
+                f"{k}={'null' if v is None else v}"
+                for k, v in value.items()
+                if isinstance(v, str | bool) or v is None
+            ]
+            if pairs:
+                return ", ".join(pairs)
+    for line in text.splitlines()[:TELLING_LINES]:
+        if _FAILURE.search(line):
+            return line.strip()
+    return _first_line(compact_json(text))
 
 
 def _first_line(text: str) -> str:

@@ -135,3 +135,20 @@ def test_a_fold_keeps_every_artifact_and_halves_the_span():
     assert fidelity.score == 1.0, fidelity.dropped
     span = sum(estimate_text(m.text or m.content) + 8 for m in folded)
     assert estimate_text(merged.render()) <= span // 2
+
+
+def test_a_tool_result_is_its_most_telling_line():
+    log = "starting\n" + "INFO ok\n" * 30 + "ERROR payments: connection refused (db-2)\nINFO done"
+    record = '{\n  "id": "ORD-118734",\n  "status": "failed",\n  "rows": 3,\n  "items": [1, 2]\n}'
+    s = extract(
+        [
+            M.tool("m1", "c1", "tail_log", log),
+            M.tool("m2", "c2", "get_order", record),
+            M.tool("m3", "c3", "ls", "a.txt\nb.txt"),
+        ]
+    )
+    assert s.facts == [
+        "tail_log#c1: ERROR payments: connection refused (db-2)",
+        "get_order#c2: id=ORD-118734, status=failed, rows=3",
+        "ls#c3: a.txt",
+    ]

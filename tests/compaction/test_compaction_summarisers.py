@@ -321,7 +321,7 @@ def test_extractive_rules():
     assert s.decisions == ["We decided to use pg_dump."]
     assert s.facts == [
         "system: Answer in English.",
-        'read_file#call_1: {"tables": 3, "db": "mysql://db:3306/billing"}',
+        "read_file#call_1: tables=3, db=mysql://db:3306/billing",
         "migrate#call_2: failed: connection refused",
         "note: user went idle",
     ]
