@@ -9,7 +9,10 @@ compactions).
 The docs build calls it (``scripts/docs/hooks.py``), so published figures are
 always one run's, drawn from its file, never pasted.
 
-``python -m bench.figures RESULTS.json OUT_DIR`` writes the same to files.
+``python -m bench.figures RESULTS.json OUT_DIR`` writes the same to files;
+``python -m bench.figures --add RESULTS.json GROUP_RUN.json`` adds the rows
+and targets of a run of other groups (``--only``) to a results file, which
+then names that run beside its own.
 """
 
 from __future__ import annotations
@@ -247,6 +250,13 @@ def render(results: dict[str, Any], source: str = "results.json") -> tuple[str, 
         + ".",
         "",
     ]
+    for run in meta.get("added_runs", []):
+        md += [
+            f"Group {', '.join(run.get('groups') or [])} from another run: started "
+            f"{run.get('started_at')}, mode {run.get('mode')}, "
+            f"duration {run.get('duration_s') or 0:.0f} s.",
+            "",
+        ]
     checks = results.get("checks", [])
     if checks:
         md += ["## Targets", ""]
@@ -344,9 +354,36 @@ def render(results: dict[str, Any], source: str = "results.json") -> tuple[str, 
     return "\n".join(md) + "\n", charts
 
 
+def add_run(base: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with the rows and targets of ``other`` (a run of other groups)
+    added, replacing the rows of those groups and any of the same name;
+    ``meta.added_runs`` names the run."""
+    groups = set(other.get("meta", {}).get("groups") or ())
+    out = dict(base)
+    for key in ("results", "derived", "checks"):
+        names = {r["name"] for r in other.get(key, [])}
+        kept = [r for r in base.get(key, []) if r["name"] not in names]
+        out[key] = [r for r in kept if r.get("group") not in groups] + other.get(key, [])
+    meta = dict(base.get("meta", {}))
+    keep = ("mode", "groups", "started_at", "duration_s")
+    added = [a for a in meta.get("added_runs", []) if not groups & set(a.get("groups", []))]
+    meta["added_runs"] = [*added, {k: other.get("meta", {}).get(k) for k in keep}]
+    out["meta"] = meta
+    return out
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) == 3 and argv[0] == "--add":
+        base = json.loads(Path(argv[1]).read_text())
+        merged = add_run(base, json.loads(Path(argv[2]).read_text()))
+        Path(argv[1]).write_text(json.dumps(merged, indent=2) + "\n")
+        return 0
     if len(argv) != 2:
-        print("usage: python -m bench.figures RESULTS.json OUT_DIR", file=sys.stderr)
+        print(
+            "usage: python -m bench.figures RESULTS.json OUT_DIR\n"
+            "       python -m bench.figures --add RESULTS.json GROUP_RUN.json",
+            file=sys.stderr,
+        )
         return 2
     md, charts = render(json.loads(Path(argv[0]).read_text()), source=Path(argv[0]).name)
     out = Path(argv[1])

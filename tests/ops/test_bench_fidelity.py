@@ -8,7 +8,7 @@ import pytest
 
 import bench.ctxd_fidelity as fidelity
 from bench.fidelity_corpus import KINDS, SHAPES, corpus
-from bench.figures import render
+from bench.figures import add_run, render
 from bench.harness import Context, run_suites
 from bench.report import Report
 
@@ -66,3 +66,28 @@ def test_the_docs_draw_the_decay_curve(results):
     assert "fidelity-decay.svg" in charts and "<svg" in charts["fidelity-decay.svg"]
     assert "What survives successive compactions" in md
     assert "LangChain SummarizationMiddleware, stand-in model" in md
+
+
+def test_a_group_run_is_added_to_a_results_file_and_named(results):
+    base = {
+        "meta": {"mode": "full", "groups": ["grpc"], "started_at": "then"},
+        "results": [
+            {"name": "grpc.echo.unary", "group": "grpc", "unit": "us", "p50": 1.0},
+            {"name": "fidelity.shrink.gone", "group": "fidelity", "p50": 1.0},
+            {"name": "fidelity.shrink.ctxd.extractive", "group": "fidelity", "p50": 1.0},
+        ],
+        "checks": [{"name": "target.fidelity.shrink.ctxd.extractive", "value": 1.0}],
+    }
+    run = results.to_json()
+    run["meta"].update(groups=["fidelity"], started_at="now", mode="quick", duration_s=9.6)
+    merged = add_run(base, run)
+    names = [r["name"] for r in merged["results"]]
+    assert names[0] == "grpc.echo.unary" and "fidelity.shrink.gone" not in names  # replaced
+    assert len(names) == 1 + len(run["results"])
+    assert [c["name"] for c in merged["checks"]] == [c["name"] for c in run["checks"]]
+    assert merged["meta"]["added_runs"] == [
+        {"mode": "quick", "groups": ["fidelity"], "started_at": "now", "duration_s": 9.6}
+    ]
+    assert len(add_run(merged, run)["meta"]["added_runs"]) == 1  # the same group again
+    md, _ = render(merged)
+    assert "Group fidelity from another run: started now, mode quick, duration 10 s." in md
