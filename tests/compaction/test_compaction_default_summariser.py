@@ -152,3 +152,11 @@ def test_a_tool_result_is_its_most_telling_line():
         "get_order#c2: id=ORD-118734, status=failed, rows=3",
         "ls#c3: a.txt",
     ]
+
+
+def test_a_merge_keeps_a_short_item_that_may_be_news():
+    old = Summary(facts=["tests pass except test_login"], decisions=["use Redis 7 for the cache"])
+    new = Summary(facts=["tests pass"], decisions=["as agreed, use Redis 7 for the cache"])
+    merged = merge(old, new)
+    assert merged.facts == ["tests pass except test_login", "tests pass"]
+    assert merged.decisions == ["use Redis 7 for the cache"]

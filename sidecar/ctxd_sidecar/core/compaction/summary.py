@@ -7,10 +7,10 @@ field by field:
 * ``goals``, ``decisions``, ``open``, ``facts``: new items are appended
   unless an equal item is already there (compared case-insensitively, with
   whitespace collapsed and trailing punctuation ignored) or a near
-  duplicate (:func:`redundant`: its content words are all in a kept item's,
-  or it adds at most two words to a kept item of three or more; the first
-  wording is kept); each list is then capped at ``cap`` items (default 32)
-  by dropping the **oldest** items.
+  duplicate (:func:`redundant`: its three or more content words are all in
+  a kept item's, or it adds at most two words to a kept item of three or
+  more; the first wording is kept); each list is then capped at ``cap``
+  items (default 32) by dropping the **oldest** items.
 * ``narrative`` (free text, used when the summariser could not fill the
   fields): the new narrative's paragraphs are appended after the old ones,
   skipping paragraphs already present; the whole is capped at
@@ -291,6 +291,8 @@ STOP_WORDS = frozenset(
     "understood thanks thank hi hello hey please well right fine alright said told mentioned "
     "already still anyway".split()
 )
+#: Fewest content words of an item a merge drops as a restatement.
+MERGE_MIN_WORDS = 3
 _WORD = re.compile(r"[^\W_]+(?:[._/:#-][^\W_]+)*|_\w+")
 
 
@@ -300,10 +302,11 @@ def content_words(item: str) -> frozenset[str]:
     return frozenset(w for w in _WORD.findall(item.casefold()) if w not in STOP_WORDS)
 
 
-def redundant(words: frozenset[str], kept: frozenset[str]) -> bool:
+def redundant(words: frozenset[str], kept: frozenset[str], min_words: int = 1) -> bool:
     """An item of content ``words`` adds nothing to a kept item of ``kept``:
-    all its words are there, or it adds at most two to an item of three or more."""
-    if not words or not kept:
+    all its words (``min_words`` or more) are there, or it adds at most two
+    to an item of three or more."""
+    if len(words) < min_words or not kept:
         return False
     if words <= kept:
         return True
@@ -348,7 +351,9 @@ def merge(
             if not key or key in seen:
                 continue
             words = content_words(item)
-            if any(redundant(words, k) for k in kept):
+            # Across folds a short item may be news ("tests pass" after "tests
+            # pass except test_login"): only items of 3+ words count as restated.
+            if any(redundant(words, k, MERGE_MIN_WORDS) for k in kept):
                 continue
             seen.add(key)
             kept.append(words)
