@@ -53,7 +53,7 @@ NAME = "extractive"
 #: Characters of one entry from prose, and of one tool result's line.
 ENTRY_CHARS = 140
 RESULT_CHARS = 100
-#: Largest tool result read as JSON, and lines searched for a failure.
+#: Largest tool result read as JSON (and searched for a failure), and most lines searched.
 SCAN_JSON_CHARS = 64 * 1024
 TELLING_LINES = 200
 #: Most entries one message contributes to one list.
@@ -248,7 +248,7 @@ def _telling(content: str) -> str:
             ]
             if pairs:
                 return ", ".join(pairs)
-    for line in text.splitlines()[:TELLING_LINES]:
+    for line in text[:SCAN_JSON_CHARS].splitlines()[:TELLING_LINES]:
         if _FAILURE.search(line):
             return line.strip()
     return _first_line(compact_json(text))
