@@ -31,6 +31,7 @@ SUITE_MODULES: tuple[str, ...] = (
     "bench.ctxd_postgres",
     "bench.ctxd_compaction",
     "bench.ctxd_ledger",
+    "bench.ctxd_fidelity",
     "bench.ctxd_index",
     "bench.ctxd_process",
     "bench.ctxd_ui",
@@ -40,7 +41,24 @@ SUITE_MODULES: tuple[str, ...] = (
     "bench.adk_sessions",
 )
 
+#: Targets and ratios computed over a whole run's rows, across groups, after it.
+CHECK_FUNCTIONS: tuple[str, ...] = (
+    "bench.compare:add_comparisons",
+    "bench.ctxd_postgres:add_checks",
+    "bench.ctxd_ui:add_checks",
+    "bench.ctxd_history:add_checks",
+    "bench.history_peers:add_checks",
+    "bench.ctxd_fidelity:add_checks",
+)
+
 DEFAULT_JSON = Path(__file__).resolve().with_name("results.json")
+
+
+def add_checks(report: Report) -> None:
+    """Compute every cross-group ratio and target over the report's rows."""
+    for ref in CHECK_FUNCTIONS:
+        module, name = ref.split(":")
+        getattr(importlib.import_module(module), name)(report)
 
 
 def _parse_only(values: list[str] | None) -> list[str] | None:
@@ -115,21 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx = Context(quick=args.quick, tmp_root=args.tmpdir)
     ok = run_suites(groups, ctx, report)
     try:
-        from bench.compare import add_comparisons
-
-        add_comparisons(report)  # ratios across suites: ctxd / peers, growth, targets
-        from bench.ctxd_postgres import add_checks as add_postgres_checks
-
-        add_postgres_checks(report)
-        from bench.ctxd_ui import add_checks as add_ui_checks
-
-        add_ui_checks(report)
-        from bench.ctxd_history import add_checks as add_history_checks
-
-        add_history_checks(report)
-        from bench.history_peers import add_checks as add_history_peer_checks
-
-        add_history_peer_checks(report)
+        add_checks(report)
     except Exception as exc:  # noqa: BLE001 - keep the measured results
         ok = False
         report.failures.append(

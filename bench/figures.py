@@ -1,13 +1,16 @@
 """Tables and charts of a ``python -m bench`` results file, for the docs.
 
 ``render(results)`` turns the JSON that :meth:`bench.report.Report.write_json`
-writes into Markdown (the targets, the history growth and the floors as
-tables, every row in a folded table) and SVG charts (history growth per
-store and against the peers, write and read latency against their floors).
+writes into Markdown (the targets, the history growth, the floors and the
+compaction decay as tables, every row in a folded table) and SVG charts
+(history growth per store and against the peers, write and read latency
+against their floors, recall of planted artifacts over successive
+compactions).
 The docs build calls it (``scripts/docs/hooks.py``), so published figures are
 always one run's, drawn from its file, never pasted.
 
-``python -m bench.figures RESULTS.json OUT_DIR`` writes the same to files.
+``python -m bench.figures RESULTS.json OUT_DIR`` writes the same to files
+(``python -m bench --only G --merge`` measures some groups again into one).
 """
 
 from __future__ import annotations
@@ -143,6 +146,84 @@ def floors_chart(rows) -> str | None:
     return _svg(fig)
 
 
+#: (label, system) of the decay chart: recall of planted artifacts after n compactions.
+DECAY_SERIES = (
+    ("ctxd, extractive summariser", "ctxd.extractive"),
+    ("ctxd, stand-in model", "ctxd.model"),
+    ("summary only, extractive", "summary_only.extractive"),
+    ("summary only, stand-in model", "summary_only.model"),
+    ("LangChain SummarizationMiddleware, stand-in model", "langchain.model"),
+)
+DECAY_MARKS = (1, 3, 5)
+DECAY_KINDS = ("path", "url", "command", "tool", "id", "number", "error")
+
+
+def _recall(rows, system: str, mark: int, kind: str = "") -> float | None:
+    r = rows.get(f"fidelity.recall.{system}{'.' + kind if kind else ''}.c{mark}")
+    return None if r is None else r["p50"]
+
+
+def decay_chart(rows) -> str | None:
+    """Recall (%) of planted artifacts after 1, 3 and 5 compactions, per system."""
+    drawn = []
+    for label, system in DECAY_SERIES:
+        points = [(m, _recall(rows, system, m)) for m in DECAY_MARKS]
+        points = [(m, v) for m, v in points if v is not None]
+        if points:
+            drawn.append((label, points))
+    if not drawn:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    for label, points in drawn:
+        ax.plot([m for m, _ in points], [v for _, v in points], marker="o", label=label)
+    ax.set_xticks(DECAY_MARKS, [str(m) for m in DECAY_MARKS])
+    ax.set_ylim(0, 105)
+    ax.set_xlabel("successive compactions")
+    ax.set_ylabel("planted artifacts still in context (%)")
+    ax.set_title("What survives compaction")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+    return _svg(fig)
+
+
+def _decay_section(rows, charts: dict[str, str]) -> list[str]:
+    title = "What survives successive compactions"
+    md = [f"## {title}", ""]
+    svg = decay_chart(rows)
+    if svg is None:
+        return md + ["*No fidelity rows in the results file.*", ""]
+    charts["fidelity-decay.svg"] = svg
+    md += [
+        "Recall of the artifacts planted in folded messages, after 1, 3 and 5 "
+        "compactions of the generated sessions (`python -m bench --only fidelity`), "
+        "and how much a fold shrinks what it replaces.",
+        "",
+        f"![{title}](benchmarks/fidelity-decay.svg)",
+        "",
+    ]
+    md += _table(
+        ["system", *(f"after {m}" for m in DECAY_MARKS), "span shrink"],
+        (
+            [label]
+            + [_fmt(_recall(rows, system, m), "%") for m in DECAY_MARKS]
+            + [_fmt(rows.get(f"fidelity.shrink.{system}", {}).get("p50"), "%")]
+            for label, system in DECAY_SERIES
+            if _recall(rows, system, 1) is not None
+        ),
+    )
+    md += ["Per kind, after 5 compactions:", ""]
+    md += _table(
+        ["system", *DECAY_KINDS],
+        (
+            [label] + [_fmt(_recall(rows, system, 5, k), "%") for k in DECAY_KINDS]
+            for label, system in DECAY_SERIES
+            if _recall(rows, system, 5) is not None
+        ),
+    )
+    return md
+
+
 def render(results: dict[str, Any], source: str = "results.json") -> tuple[str, dict[str, str]]:
     """(Markdown, {chart file name: SVG text}); charts are linked as ``benchmarks/<name>``."""
     rows = _rows(results)
@@ -244,6 +325,7 @@ def render(results: dict[str, Any], source: str = "results.json") -> tuple[str, 
                 if a in rows and b in rows
             ),
         )
+    md += _decay_section(rows, charts)
     md += ['??? note "Every row of the run"', ""]
     md += [
         "    " + line
@@ -272,7 +354,10 @@ def render(results: dict[str, Any], source: str = "results.json") -> tuple[str, 
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print("usage: python -m bench.figures RESULTS.json OUT_DIR", file=sys.stderr)
+        print(
+            "usage: python -m bench.figures RESULTS.json OUT_DIR",
+            file=sys.stderr,
+        )
         return 2
     md, charts = render(json.loads(Path(argv[0]).read_text()), source=Path(argv[0]).name)
     out = Path(argv[1])

@@ -102,6 +102,11 @@ def test_commands_from_text():
     assert "command" not in one(text, "note")  # only user and assistant text
 
 
+def test_a_backticked_program_with_flags_is_a_command_whatever_the_program():
+    text = "Then `wc -l data/orders.csv` and `mytool --dry-run`, not `x = -1` or `a b`."
+    assert one(text, "assistant")["command"] == ["wc -l data/orders.csv", "mytool --dry-run"]
+
+
 def test_identifiers_and_numbers():
     found = one(
         "ticket OPS-1234 and ORD-2024-118734, request 3f2b1c4e-1111-2222-3333-444455556666, "

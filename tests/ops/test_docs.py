@@ -105,7 +105,7 @@ def test_every_store_option_is_in_the_store_reference(site):
 def test_benchmark_figures_are_drawn_from_the_results_file(site):
     page = (site / "benchmarks" / "index.html").read_text()
     assert "docs/benchmarks/results.json" in page
-    for chart in ("history-growth.svg", "whole-turn.svg", "floors.svg"):
+    for chart in ("history-growth.svg", "whole-turn.svg", "floors.svg", "fidelity-decay.svg"):
         assert (site / "benchmarks" / chart).read_text().lstrip().startswith("<?xml")
         assert chart in page
 

@@ -20,7 +20,8 @@ built-in plugins in ``plugins/`` use nothing else)::
   :class:`MessageView` (what a summariser is asked), :class:`Summary` (what
   it answers), the answer schema and parser the built-in model summariser
   uses, and the helpers the built-in extractive one uses (:func:`clip`,
-  :func:`clean_item`, :func:`compact_json`);
+  :func:`clean_item`, :func:`compact_json`, :func:`content_words`,
+  :func:`redundant`, :func:`text_artifacts`);
 * errors a plugin may raise for the sidecar to answer with:
   :class:`Unavailable`, :class:`SummariserError`, :class:`MalformedAnswer`.
 
@@ -54,7 +55,8 @@ from ctxd_sidecar.core.compaction import (
     parse_answer,
 )
 from ctxd_sidecar.core.compaction.excerpt import compact_json
-from ctxd_sidecar.core.compaction.summary import clean_item
+from ctxd_sidecar.core.compaction.ledger_scan import text_artifacts
+from ctxd_sidecar.core.compaction.summary import clean_item, content_words, redundant
 from ctxd_sidecar.core.errors import Unavailable
 from ctxd_sidecar.plugin.manager import open_store
 from ctxd_sidecar.plugin.spec import hookimpl
@@ -105,10 +107,13 @@ __all__ = [
     "clean_item",
     "clip",
     "compact_json",
+    "content_words",
     "content_version",
     "hookimpl",
     "open_store",
     "parse_answer",
     "parse_options",
+    "redundant",
     "store_hooks",
+    "text_artifacts",
 ]

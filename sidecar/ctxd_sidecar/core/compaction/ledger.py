@@ -11,7 +11,8 @@ path      absolute and relative file paths, bare file names with a known
           extension (``/etc/app.toml``, ``src/db.py``, ``Dockerfile``)
 command   shell commands from tool arguments (``cmd``, ``command``,
           ``script``, ``args: [...]``, …) and from text (fenced shell
-          blocks, ``$ `` lines, backticked spans starting with a program)
+          blocks, ``$ `` lines, backticked spans starting with a program or
+          reading as a program with flags)
 url       ``scheme://…`` addresses
 id        ticket ids (``ABC-123``), UUIDs, hex hashes, prefixed ids
           (``call_ab12``, ``cus_9Zk2``), ``#123`` references

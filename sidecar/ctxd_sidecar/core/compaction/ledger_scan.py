@@ -7,7 +7,8 @@ skipped before any pattern runs. Artifacts spanning words (``HTTP 503``,
 ``exit code 137``, ``order 4471``) are looked for only in a small window
 around short digit tokens; their words are joined by single spaces.
 Commands come from fenced shell blocks, ``$ `` lines and backticked spans
-that start with a known program (only when the text has such marks).
+that start with a known program or read as a program with flags (only when
+the text has such marks).
 """
 
 from __future__ import annotations
@@ -75,6 +76,9 @@ _FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 _SHELL_LANGS = frozenset({"sh", "bash", "shell", "console", "zsh", "terminal", "shell-session"})
 _TICK = re.compile(r"`([^`\n]{2,400})`")
 _PROMPT_LINE = re.compile(r"(?m)^[ \t]*\$ (.+)$")
+#: A backticked span shaped like a command line: a lower-case program name
+#: and a flag (``wc -l data.csv``, ``mytool --dry-run``).
+_FLAGGED = re.compile(r"[a-z][\w.+-]*(?: [\w./=:+-]+)* --?[A-Za-z]")
 
 
 def text_artifacts(text: str, commands: bool = False) -> Iterator[tuple[str, str]]:
@@ -266,7 +270,7 @@ def text_commands(text: str) -> Iterator[str]:
             span = m.group(1).strip()
             if span.startswith("$ "):
                 yield span[2:].strip()
-            elif " " in span and program(span):
+            elif " " in span and (program(span) or _FLAGGED.match(span)):
                 yield span
 
 

@@ -6,8 +6,11 @@ field by field:
 
 * ``goals``, ``decisions``, ``open``, ``facts``: new items are appended
   unless an equal item is already there (compared case-insensitively, with
-  whitespace collapsed and trailing punctuation ignored); each list is then
-  capped at ``cap`` items (default 32) by dropping the **oldest** items.
+  whitespace collapsed and trailing punctuation ignored) or a near
+  duplicate (:func:`redundant`: its three or more content words are all in
+  a kept item's, or it adds at most two words to a kept item of three or
+  more; the first wording is kept); each list is then capped at ``cap``
+  items (default 32) by dropping the **oldest** items.
 * ``narrative`` (free text, used when the summariser could not fill the
   fields): the new narrative's paragraphs are appended after the old ones,
   skipping paragraphs already present; the whole is capped at
@@ -280,6 +283,36 @@ def normalise(item: str) -> str:
     return _SPACE.sub(" ", item).strip().rstrip(".;,:!").casefold()
 
 
+#: Words that say nothing on their own: a restated item differs by them only.
+STOP_WORDS = frozenset(
+    "a an the to of in on for and or but we i you he she they it its is are was were be been "
+    "am do does did so that this these those with as at by from then now just also our my your "
+    "their me us them there here again remember reminder ok okay so yes yeah sure great noted "
+    "understood thanks thank hi hello hey please well right fine alright said told mentioned "
+    "already still anyway".split()
+)
+#: Fewest content words of an item a merge drops as a restatement.
+MERGE_MIN_WORDS = 3
+_WORD = re.compile(r"[^\W_]+(?:[._/:#-][^\W_]+)*|_\w+")
+
+
+def content_words(item: str) -> frozenset[str]:
+    """The words of an item that carry its content (case-folded, without
+    :data:`STOP_WORDS`; paths, versions and ids stay one word each)."""
+    return frozenset(w for w in _WORD.findall(item.casefold()) if w not in STOP_WORDS)
+
+
+def redundant(words: frozenset[str], kept: frozenset[str], min_words: int = 1) -> bool:
+    """An item of content ``words`` adds nothing to a kept item of ``kept``:
+    all its words (``min_words`` or more) are there, or it adds at most two
+    to an item of three or more."""
+    if len(words) < min_words or not kept:
+        return False
+    if words <= kept:
+        return True
+    return len(kept) >= 3 and kept <= words and len(words - kept) <= 2
+
+
 def merge(
     old: Summary | None,
     new: Summary,
@@ -310,13 +343,21 @@ def merge(
     for name in LIST_FIELDS:
         merged: list[str] = []
         seen: set[str] = set()
+        kept: list[frozenset[str]] = []
         for item in (*getattr(old, name), *getattr(new, name)):
             key = normalise(item)
             if name == "open" and _closes(closed, key):
                 continue
-            if key and key not in seen:
-                seen.add(key)
-                merged.append(item)
+            if not key or key in seen:
+                continue
+            words = content_words(item)
+            # Across folds a short item may be news ("tests pass" after "tests
+            # pass except test_login"): only items of 3+ words count as restated.
+            if any(redundant(words, k, MERGE_MIN_WORDS) for k in kept):
+                continue
+            seen.add(key)
+            kept.append(words)
+            merged.append(item)
         setattr(out, name, merged[-cap:])
     out.narrative = _merge_narrative(old.narrative, new.narrative, narrative_max_chars)
     # Carried while answers are accumulated (passes), applied again by the
