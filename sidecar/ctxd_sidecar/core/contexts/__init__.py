@@ -18,7 +18,8 @@ Modules, from the use cases down to the record:
   stateless plan reference), :mod:`.auto` (the automatic trigger),
   :mod:`.cachefx` (its cache effect), :mod:`.redaction` (what leaves for a
   summariser) and :mod:`.compaction_report` (its fidelity, log line, metrics),
-  :mod:`.planning` (plan and preflight), :mod:`.skillset`;
+  :mod:`.planning` (plan and preflight), :mod:`.skillset`, :mod:`.usage`
+  (RecordUsage, with :mod:`.cacheuse`: the prompt cache's figures);
 * :mod:`.service`: the record keeper (load, catch up, read, watch, with
   :mod:`.follow` following other replicas for watchers);
   :mod:`.transaction`: the one commit protocol every change goes through;
