@@ -169,6 +169,8 @@ class CtxdStore(BaseStore):
         self.ttl_config = ttl
         self.index_config = index
         self._index = None if index is None else StoreIndex(dict(index))
+        #: The index's embeddings (None: none, or the sidecar's embedder).
+        self.embeddings = None if self._index is None else self._index.embeddings
         self._address = client if isinstance(client, str) else client.address
         self._sync = client if isinstance(client, Client) else None
         self._async = client if isinstance(client, AsyncClient) else None

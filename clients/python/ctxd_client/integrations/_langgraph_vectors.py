@@ -17,7 +17,7 @@ from collections.abc import Generator
 from typing import Any
 
 from langgraph.store.base import SearchItem, SearchOp
-from langgraph.store.base.embed import ensure_embeddings, get_text_at_path, tokenize_path
+from langgraph.store.base.embed import ensure_embeddings, get_text_at_path
 
 #: ``index["embed"]`` that asks the sidecar's embedder.
 SIDECAR = "ctxd"
@@ -32,7 +32,8 @@ class StoreIndex:
 
     def __init__(self, index: dict) -> None:
         self.config = index
-        self.fields = list(index.get("fields") or ["$"])
+        # "text_fields": LangGraph's SQLite store's name for them
+        self.fields = list(index.get("fields") or index.get("text_fields") or ["$"])
         self.sidecar = index.get("embed") == SIDECAR
         self.embeddings = None if self.sidecar else ensure_embeddings(index["embed"])
 
@@ -45,10 +46,9 @@ class StoreIndex:
             return {"embed_fields": ["v" if p == "$" else f"v.{p}" for p in paths]}
         names, texts = [], []
         for path in paths:
-            found = [value] if path == "$" else get_text_at_path(value, tokenize_path(path))
-            for i, text in enumerate(found):
+            for i, text in enumerate(get_text_at_path(value, path)):
                 names.append(path if i == 0 else f"{path}#{i}")
-                texts.append(text if isinstance(text, str) else json.dumps(text))
+                texts.append(text)
         if not texts:
             return {}
         vectors = yield ("embed_documents", (texts,), {})
