@@ -162,3 +162,21 @@ def test_embedder_settings_are_checked_in_one_line():
     assert "\n" not in str(exc.value)
     with pytest.raises(ValueError, match="embedder.openai.dimensions") as exc:
         load(env={}, overrides={"embedder.openai.dimensions": -1})
+
+
+def test_migrate_carries_the_vectors_and_their_index(start_sidecar, tmp_path):
+    import subprocess
+    import sys
+
+    src, dst = f"lmdb://{tmp_path / 'src'}", f"lmdb://{tmp_path / 'dst'}"
+    first = start_sidecar(src, memory__search_metric="dot")
+    seed(first.memory)
+    stop(first)
+    cmd = [sys.executable, "-m", "ctxd_sidecar", "migrate", "--from", src, "--to", dst]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    moved = start_sidecar(dst).memory  # configured for cosine: the stored metric wins
+    hits = search(moved, 1, 0, 0, prefix="n/")
+    assert keys(hits) == ["n/a", "n/b", "n/c"]
+    assert hits[1].score == pytest.approx(0.9, abs=1e-6)  # n/b's inner product, not its cosine
+    assert fails(lambda: search(moved, 1, 0)).code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -114,6 +114,8 @@ class StoreSearch:
         """The index made of the records :meth:`seen` since the last call."""
         pending, self._pending = self._pending, []
         await self.read_meta()
+        if not self.dims and pending:  # records copied without their metadata
+            self.index.dims = len(next(iter(pending[0][2].values())))
         self.index.load(pending)
 
     async def rescan(self, scan: Callable[[], Awaitable[list]]) -> None:
