@@ -25,6 +25,7 @@ SUITE_MODULES: tuple[str, ...] = (
     "bench.floor_lmdb",
     "bench.floor_s3",
     "bench.ctxd_memory",
+    "bench.ctxd_memory_search",
     "bench.ctxd_contexts",
     "bench.ctxd_replicas",
     "bench.ctxd_postgres",
@@ -114,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
         from bench.ctxd_history import add_checks as add_history_checks
 
         add_history_checks(report)
+        from bench.ctxd_memory_search import add_checks as add_search_checks
+
+        add_search_checks(report)
     except Exception as exc:  # noqa: BLE001 - keep the measured results
         ok = False
         report.failures.append(
