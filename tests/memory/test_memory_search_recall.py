@@ -79,12 +79,6 @@ def test_search_on_the_approximate_path_over_grpc(start_sidecar):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="recall@10 at 100k x 384 is 0.86 with expansion_search 256 (the bench's "
-    "ctxd.memory_search.recall10; 0.957 at 30k): the graph's search width must grow with "
-    "the index to reach 0.95 (issue 42); strict, so reaching it fails here until unmarked",
-)
 def test_approximate_recall_at_100k_384_dims():
     data = clustered(100_000, 384)
     assert recall(index_of(data, threshold=20_000), data, queries=200) >= 0.95
