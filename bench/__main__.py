@@ -26,6 +26,7 @@ SUITE_MODULES: tuple[str, ...] = (
     "bench.floor_lmdb",
     "bench.floor_s3",
     "bench.ctxd_memory",
+    "bench.ctxd_memory_search",
     "bench.ctxd_contexts",
     "bench.ctxd_replicas",
     "bench.ctxd_postgres",
@@ -49,6 +50,7 @@ CHECK_FUNCTIONS: tuple[str, ...] = (
     "bench.ctxd_history:add_checks",
     "bench.history_peers:add_checks",
     "bench.ctxd_fidelity:add_checks",
+    "bench.ctxd_memory_search:add_checks",
 )
 
 DEFAULT_JSON = Path(__file__).resolve().with_name("results.json")

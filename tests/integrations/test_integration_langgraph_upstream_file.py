@@ -10,9 +10,9 @@ store (a ``store`` fixture, ``InMemoryStore(...)``, or ``SqliteStore`` /
 ``AsyncSqliteStore.from_conn_string``) runs twice in the same run: on the
 file's own store (UPSTREAM, the control) and on :class:`CtxdStore` over a
 real sidecar, the file's store names swapped for ctxd's (CTXD). A store
-opened with ``index=`` (semantic search, which ctxd's memory does not offer
-yet: issue 42) is skipped on ctxd with that reason; SQLite-only tests are
-listed in NOT_APPLICABLE with theirs. Tests taking no store run once, as
+opened with ``index=`` (semantic search) gets it on ctxd too: the file's own
+fake embeddings run in the client and the sidecar ranks; SQLite-only tests
+are listed in NOT_APPLICABLE with theirs. Tests taking no store run once, as
 they are. A parametrized test runs with the first value of each parameter.
 Skipped without the variable: ctxd's tree carries no copy of LangGraph's code.
 """
@@ -41,7 +41,6 @@ PATHS = [p for p in os.environ.get("CTXD_LANGGRAPH_STORE_TESTS", "").split(os.pa
 pytestmark = pytest.mark.skipif(
     not PATHS, reason="set CTXD_LANGGRAPH_STORE_TESTS to LangGraph's store test file(s)"
 )
-SEMANTIC = "semantic search (index config): ctxd's memory search is issue 42"
 NO_EXTENSIONS = "control: this Python's sqlite3 cannot load extensions (sqlite-vec)"
 NOT_APPLICABLE = {
     # SqliteStore builds SQL from filter keys and refuses unsafe ones; CtxdStore
@@ -50,6 +49,11 @@ NOT_APPLICABLE = {
     # AsyncSqliteStore refuses its sync methods on the loop's thread; a CtxdStore
     # opened on an address serves both APIs (the sync one over its own Client).
     "test_no_running_loop": "AsyncSqliteStore's refusal of sync calls; CtxdStore serves both",
+    # Reads SQLite's own tables (sqlite_master) through the store's connection.
+    # (this file's only: the other files' tests of that name run)
+    "checkpoint-sqlite/test_store.py::test_vector_store_initialization": (
+        "checks SQLite's vector tables through store.conn"
+    ),
 }
 
 
@@ -128,9 +132,7 @@ class _CtxdAsSqlite:
         self.address, self.opened = address, opened
 
     def _open(self, index=None, ttl=None):
-        if index is not None:
-            pytest.skip(SEMANTIC)
-        store = CtxdStore(self.address, prefix=f"lg{uuid.uuid4().hex[:8]}", ttl=ttl)
+        store = CtxdStore(self.address, prefix=f"lg{uuid.uuid4().hex[:8]}", ttl=ttl, index=index)
         self.opened.append(store)
         return store
 
@@ -140,9 +142,8 @@ class _CtxdAsSqlite:
 
         class Store(CtxdStore):
             def __init__(self, *, index=None, ttl=None, **_):
-                if index is not None:
-                    pytest.skip(SEMANTIC)
-                super().__init__(outer.address, prefix=f"lg{uuid.uuid4().hex[:8]}", ttl=ttl)
+                prefix = f"lg{uuid.uuid4().hex[:8]}"
+                super().__init__(outer.address, prefix=prefix, ttl=ttl, index=index)
                 outer.opened.append(self)
 
         return Store
@@ -203,8 +204,10 @@ async def _run(test, kwargs):
 async def test_upstream_with_store(file, name, kind, address, monkeypatch, request):
     module, test = MODULES[file], _get(file, name)
     opened: list[CtxdStore] = []
-    if kind == "CTXD" and name.rsplit(".", 1)[-1] in NOT_APPLICABLE:
-        pytest.skip(f"not applicable: {NOT_APPLICABLE[name.rsplit('.', 1)[-1]]}")
+    short = name.rsplit(".", 1)[-1]
+    reason = NOT_APPLICABLE.get(f"{file}::{short}", NOT_APPLICABLE.get(short))
+    if kind == "CTXD" and reason:
+        pytest.skip(f"not applicable: {reason}")
     if kind == "CTXD":
         shim = _CtxdAsSqlite(address, opened)
         if hasattr(module, "SqliteStore"):

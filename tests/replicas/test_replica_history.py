@@ -5,7 +5,9 @@ recorded, and each memory key's and each context's history checked against
 a sequential model (tests/support/history.py): no write applied twice, no
 acknowledged write missing, no LATEST read that misses a write acknowledged
 before it began, and every read of an earlier version (at_version, on any
-replica) sees what that version held when it was made.
+replica) sees what that version held when it was made. Every write carries a
+vector of its counter; at the end, Search on every replica finds each key by
+the vector of the write Get reads there.
 
 PostgreSQL through tests/support/pgproxy.py (a reply lost after the commit,
 held a moment first so other replicas write on top before the retry); S3 on
@@ -33,6 +35,7 @@ from tests.support.history_workload import (
     read_context,
     reader,
     run_all,
+    vectors_agree,
 )
 from tests.support.pgproxy import PgProxy
 
@@ -167,6 +170,9 @@ def run_history(replicas, size: Size, seed: int):
     print(f"earlier versions read: {earlier}")
     assert earlier, "no earlier version was read: the run proved nothing about history"
     assert acked <= total <= acked + maybe, (acked, maybe, total)
+    # Each key's vectors are those of the write every replica reads.
+    stale = [(k, i) for k in keys for i, r in enumerate(replicas) if not vectors_agree(r, k)]
+    assert not stale, f"Search disagrees with Get on (key, replica): {stale}"
     return memory, contexts
 
 

@@ -25,11 +25,17 @@ reject_max_tokens     HTTP 400 when the request has ``max_tokens``
 
 ``answer`` (a string or a function of the request body) overrides the
 content of ``json``-like modes. Every request is recorded in ``requests``.
+
+``POST /v1/embeddings`` answers each input with :func:`word_vector` (words
+hashed into ``embed_dims`` buckets, normalised: texts sharing words are
+near), or the ``error500``/``rate_limited``/``unauthorized`` modes' errors.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import re
 import threading
 import time
@@ -74,9 +80,20 @@ def default_answer(body: dict[str, Any]) -> str:
     )
 
 
+def word_vector(text: str, dims: int = 32) -> list[float]:
+    """A deterministic embedding: each word adds 1 to the bucket its hash picks."""
+    vec = [0.0] * dims
+    for word in re.findall(r"\w+", text.lower()):
+        vec[int.from_bytes(hashlib.sha1(word.encode()).digest()[:4], "big") % dims] += 1.0
+    n = math.sqrt(sum(x * x for x in vec)) or 1.0
+    return [x / n for x in vec]
+
+
 class FakeOpenAI:
     def __init__(self, mode: str = "json", *, delay: float = 0.0) -> None:
         self.mode = mode
+        #: Dimensions of the ``/v1/embeddings`` answers.
+        self.embed_dims = 32
         self.delay = delay
         self.answer: str | Callable[[dict[str, Any]], str] | None = None
         #: When set, requests must carry ``Authorization: Bearer <key>``.
@@ -138,6 +155,8 @@ class FakeOpenAI:
             return _error(429, "slow down", "rate_limit_exceeded", retry_fast)
         if mode == "unauthorized":
             return _error(401, "invalid api key", "invalid_api_key")
+        if "input" in body:
+            return 200, {}, self._embeddings(body)
         fmt = body.get("response_format")
         if mode == "reject_response_format" and fmt is not None:
             return _error(400, "response_format is not supported by this server")
@@ -166,6 +185,16 @@ class FakeOpenAI:
             content = self._content(body)
         return 200, {}, _completion(body, content, finish, self.cached_share)
 
+    def _embeddings(self, body: dict[str, Any]) -> dict:
+        texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        dims = int(body.get("dimensions") or self.embed_dims)
+        data = [
+            {"object": "embedding", "index": i, "embedding": word_vector(t, dims)}
+            for i, t in enumerate(texts)
+        ]
+        usage = {"prompt_tokens": 1, "total_tokens": 1}
+        return {"object": "list", "data": data, "model": body.get("model", ""), "usage": usage}
+
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self
 
@@ -173,7 +202,7 @@ class FakeOpenAI:
             def do_POST(self) -> None:  # noqa: N802 - http.server API
                 length = int(self.headers.get("content-length") or 0)
                 raw = self.rfile.read(length)
-                if self.path.rstrip("/") != "/v1/chat/completions":
+                if self.path.rstrip("/") not in ("/v1/chat/completions", "/v1/embeddings"):
                     self._send(*_error(404, f"no route {self.path}"))
                     return
                 try:

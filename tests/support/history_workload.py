@@ -16,6 +16,7 @@ a deadline leaves the outcome unknown.
 from __future__ import annotations
 
 import json
+import math
 import random
 import threading
 from collections.abc import Sequence
@@ -38,6 +39,12 @@ def _outcome(exc: grpc.RpcError) -> bool | None:
     if exc.code() in (grpc.StatusCode.ABORTED, grpc.StatusCode.FAILED_PRECONDITION):
         return False
     return None
+
+
+def counter_vector(n: int) -> list[mpb.Vector]:
+    """The vector each write of counter ``n`` carries: far from its neighbours'
+    (cosine of one radian), so Search tells which write a replica holds."""
+    return [mpb.Vector(field="n", values=[math.cos(n), math.sin(n)])]
 
 
 def memory_client(
@@ -63,7 +70,12 @@ def memory_client(
         body = json.dumps({"n": value["n"] + 1, "w": new})
         try:
             stub.Set(
-                mpb.SetRequest(key=key, value_json=body, expected_version=got.version),
+                mpb.SetRequest(
+                    key=key,
+                    value_json=body,
+                    expected_version=got.version,
+                    vectors=counter_vector(value["n"] + 1),
+                ),
                 timeout=CALL_TIMEOUT,
             )
         except grpc.RpcError as exc:
@@ -80,7 +92,10 @@ def create_memory(rec: Recorder, key: str, replica) -> None:
         op = rec.begin(0, key, "create", "w0")
         try:
             replica.memory.Set(
-                mpb.SetRequest(key=key, value_json=body, create_only=True), timeout=CALL_TIMEOUT
+                mpb.SetRequest(
+                    key=key, value_json=body, create_only=True, vectors=counter_vector(0)
+                ),
+                timeout=CALL_TIMEOUT,
             )
         except grpc.RpcError as exc:
             rec.end(op, _outcome(exc))
@@ -103,6 +118,24 @@ def counter(replica, key: str) -> int:
                 raise
     got = replica.memory.Get(mpb.GetRequest(key=key), timeout=CALL_TIMEOUT).record
     return json.loads(got.value_json)["n"]
+
+
+def vectors_agree(replica, key: str) -> bool:
+    """Search on ``replica`` finds ``key`` by the vector of the write it holds
+    (the vectors travel with the value), asked again while the link loses it."""
+    for _ in range(20):
+        try:
+            got = replica.memory.Get(mpb.GetRequest(key=key), timeout=CALL_TIMEOUT).record
+            query = counter_vector(json.loads(got.value_json)["n"])[0].values
+            req = mpb.SearchRequest(prefix=key, query_vector=query, limit=1)
+            hits = replica.memory.Search(req, timeout=CALL_TIMEOUT).hits
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                raise
+            continue
+        if hits and hits[0].record.version == got.version:
+            return hits[0].score > 0.9999
+    return False
 
 
 def read_context(

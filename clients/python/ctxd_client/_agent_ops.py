@@ -4,7 +4,7 @@ usage and agent memory, each an ``Op`` as in ``_ops``."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ctxd_client._api.ctxd.v1 import context_pb2 as pb
@@ -179,6 +179,8 @@ def memory_set(
     expected_version: str = "",
     create_only: bool = False,
     by: str = "",
+    vectors: Mapping[str, Sequence[float]] | None = None,
+    embed_fields: Sequence[str] = (),
 ) -> Op:
     if value_json is None:
         value_json = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
@@ -189,8 +191,35 @@ def memory_set(
         expected_version=expected_version,
         create_only=create_only,
         by=by,
+        vectors=[mpb.Vector(field=f, values=list(v)) for f, v in (vectors or {}).items()],
+        embed_fields=list(embed_fields),
     )
     return (yield Call(MEMORY, "Set", req)).record
+
+
+def memory_search(
+    prefix: str = "",
+    *,
+    query: str | Sequence[float],
+    filter: Mapping[str, Any] | None = None,  # noqa: A002 - LangGraph's name
+    limit: int = 0,
+    offset: int = 0,
+    include_values: bool = False,
+    fields: Sequence[str] = (),
+) -> Op:
+    req = mpb.SearchRequest(
+        prefix=prefix,
+        filter_json=json.dumps(filter, separators=(",", ":")) if filter else "",
+        limit=limit,
+        offset=offset,
+        include_values=include_values,
+        fields=list(fields),
+    )
+    if isinstance(query, str):
+        req.query_text = query
+    else:
+        req.query_vector.extend(query)
+    return list((yield Call(MEMORY, "Search", req, retry=True)).hits)
 
 
 def memory_delete(key: str, *, expected_version: str = "") -> Op:

@@ -8,7 +8,7 @@ same arguments (tests/clients/test_python_verbs.py holds them to it)."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from ctxd_client import _agent_ops as agent_ops
@@ -81,7 +81,66 @@ class _UsageVerbs:
         Anthropic usage, dict or SDK object) to read them from."""
 
 
-class _Verbs(_HistoryVerbs, _UsageVerbs):
+class _MemoryVerbs:
+    """The agent's memory: keys, values, vectors and search."""
+
+    @_verb(agent_ops.memory_get)
+    def memory_get(self, key: str, *, timeout: float | None = None) -> mpb.MemoryRecord:
+        """The live record (NotFound when there is none); ``json.loads(r.value_json)``."""
+
+    @_verb(agent_ops.memory_set)
+    def memory_set(
+        self,
+        key: str,
+        value: Any = None,
+        *,
+        value_json: str | None = None,
+        ttl_seconds: int = 0,
+        expected_version: str = "",
+        create_only: bool = False,
+        by: str = "",
+        vectors: Mapping[str, Sequence[float]] | None = None,
+        embed_fields: Sequence[str] = (),
+        timeout: float | None = None,
+    ) -> mpb.MemoryRecord:
+        """Stores ``value`` as JSON, or ``value_json`` byte for byte; with
+        ``vectors`` (field -> embedding) or ``embed_fields`` (paths the
+        sidecar's embedder embeds) for :meth:`memory_search`."""
+
+    @_verb(agent_ops.memory_search)
+    def memory_search(
+        self,
+        prefix: str = "",
+        *,
+        query: str | Sequence[float],
+        filter: Mapping[str, Any] | None = None,  # noqa: A002 - LangGraph's name
+        limit: int = 0,
+        offset: int = 0,
+        include_values: bool = False,
+        fields: Sequence[str] = (),
+        timeout: float | None = None,
+    ) -> list[mpb.SearchHit]:
+        """Records under ``prefix`` most similar to ``query`` (a text the
+        sidecar embeds, or a vector), best first, each hit with its score."""
+
+    @_verb(agent_ops.memory_delete)
+    def memory_delete(
+        self, key: str, *, expected_version: str = "", timeout: float | None = None
+    ) -> bool: ...
+
+    @_verb(agent_ops.memory_list)
+    def memory_list(
+        self,
+        prefix: str = "",
+        *,
+        include_values: bool = False,
+        limit: int = 0,
+        timeout: float | None = None,
+    ) -> list[mpb.MemoryRecord]:
+        """Every live record under ``prefix`` (all pages), in key order."""
+
+
+class _Verbs(_HistoryVerbs, _UsageVerbs, _MemoryVerbs):
     """Every RPC as a typed method; subclasses provide ``_run``."""
 
     _timeout: float | None
@@ -353,38 +412,3 @@ class _Verbs(_HistoryVerbs, _UsageVerbs):
         self, context_id: str, *, agent: str = "", timeout: float | None = None
     ) -> pb.RenderPromptResponse: ...
 
-    # -- memory ---------------------------------------------------------------------
-    @_verb(agent_ops.memory_get)
-    def memory_get(self, key: str, *, timeout: float | None = None) -> mpb.MemoryRecord:
-        """The live record (NotFound when there is none); ``json.loads(r.value_json)``."""
-
-    @_verb(agent_ops.memory_set)
-    def memory_set(
-        self,
-        key: str,
-        value: Any = None,
-        *,
-        value_json: str | None = None,
-        ttl_seconds: int = 0,
-        expected_version: str = "",
-        create_only: bool = False,
-        by: str = "",
-        timeout: float | None = None,
-    ) -> mpb.MemoryRecord:
-        """Stores ``value`` as JSON, or ``value_json`` byte for byte."""
-
-    @_verb(agent_ops.memory_delete)
-    def memory_delete(
-        self, key: str, *, expected_version: str = "", timeout: float | None = None
-    ) -> bool: ...
-
-    @_verb(agent_ops.memory_list)
-    def memory_list(
-        self,
-        prefix: str = "",
-        *,
-        include_values: bool = False,
-        limit: int = 0,
-        timeout: float | None = None,
-    ) -> list[mpb.MemoryRecord]:
-        """Every live record under ``prefix`` (all pages), in key order."""

@@ -28,6 +28,8 @@ import {
   DEFAULT_RETRY,
   PAGE_RESTARTS,
   providerRequest,
+  searchRequest,
+  type SearchOptions,
   sleep,
   sliceRead,
   turnRequest,
@@ -439,7 +441,9 @@ export class CtxdClient extends HistoryVerbs {
     return resp.record;
   }
 
-  /** Stores ``value`` as JSON, or ``valueJson`` byte for byte. */
+  /** Stores ``value`` as JSON, or ``valueJson`` byte for byte; with ``vectors``
+   * (field -> embedding) or ``embedFields`` (paths the sidecar's embedder
+   * embeds) for ``memorySearch``. */
   async memorySet(
     key: string,
     value: unknown,
@@ -449,6 +453,8 @@ export class CtxdClient extends HistoryVerbs {
       expectedVersion?: string;
       createOnly?: boolean;
       by?: string;
+      vectors?: Record<string, number[]>;
+      embedFields?: string[];
     } & Call = {},
   ): Promise<mpb.MemoryRecord> {
     const req = create(mpb.SetRequestSchema, {
@@ -458,6 +464,8 @@ export class CtxdClient extends HistoryVerbs {
       expectedVersion: options.expectedVersion,
       createOnly: options.createOnly,
       by: options.by,
+      vectors: Object.entries(options.vectors ?? {}).map(([field, values]) => ({ field, values })),
+      embedFields: options.embedFields ?? [],
     });
     const resp = await this.unary((o) => this.memory.set(req, o), options, false);
     if (!resp.record) throw new CtxdError("reply without a record");
@@ -467,6 +475,13 @@ export class CtxdClient extends HistoryVerbs {
   async memoryDelete(key: string, options: { expectedVersion?: string } & Call = {}): Promise<boolean> {
     const req = create(mpb.DeleteRequestSchema, { key, expectedVersion: options.expectedVersion });
     return (await this.unary((o) => this.memory.delete(req, o), options, false)).deleted;
+  }
+
+  /** Records under ``prefix`` most similar to ``query`` (a text the sidecar
+   * embeds, or a vector), best first, each hit with its score. */
+  async memorySearch(prefix: string, query: string | number[], options: SearchOptions & Call = {}): Promise<mpb.SearchHit[]> {
+    const req = searchRequest(prefix, query, options);
+    return (await this.unary((o) => this.memory.search(req, o), options, true)).hits;
   }
 
   /** Every live record under ``prefix`` (all pages), in key order. */

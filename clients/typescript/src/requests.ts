@@ -3,6 +3,7 @@ import { randomUUID } from "node:crypto";
 import { create, fromJson, type JsonObject } from "@bufbuild/protobuf";
 import { CtxdError } from "./errors.js";
 import * as pb from "./gen/ctxd/v1/context_pb.js";
+import * as mpb from "./gen/ctxd/v1/memory_pb.js";
 import { providerFormat, type ProviderTurnInput, setField } from "./shapes.js";
 import type { AtVersion, MessageInput, RetryOptions, Since, SliceChange, TurnOptions, WithoutSummary } from "./types.js";
 
@@ -94,4 +95,26 @@ export function providerRequest(
     setField(req, pb.AppendTurnRequestSchema, "system_json", JSON.stringify(input.system));
   }
   return req;
+}
+
+/** What a memory search narrows or pages by. */
+export interface SearchOptions {
+  filter?: Record<string, unknown>;
+  limit?: number;
+  offset?: number;
+  includeValues?: boolean;
+  fields?: string[];
+}
+
+export function searchRequest(prefix: string, query: string | number[], options: SearchOptions): mpb.SearchRequest {
+  return create(mpb.SearchRequestSchema, {
+    prefix,
+    queryText: typeof query === "string" ? query : "",
+    queryVector: typeof query === "string" ? [] : query,
+    filterJson: options.filter ? JSON.stringify(options.filter) : "",
+    limit: options.limit,
+    offset: options.offset,
+    includeValues: options.includeValues,
+    fields: options.fields ?? [],
+  });
 }

@@ -185,6 +185,20 @@ test("memory verbs follow pages and keep values byte for byte", async () => {
   for (const r of listed) await client.memoryDelete(r.key);
 });
 
+test("memory search ranks records by their vectors", async () => {
+  const prefix = `${run}-search/`;
+  await client.memorySet(`${prefix}a`, { kind: "fruit" }, { vectors: { text: [1, 0, 0] } });
+  await client.memorySet(`${prefix}b`, { kind: "veg" }, { vectors: { text: [0.8, 0.2, 0] } });
+  await client.memorySet(`${prefix}c`, { kind: "fruit" }, { vectors: { text: [0, 1, 0] } });
+  const hits = await client.memorySearch(prefix, [1, 0, 0], { includeValues: true });
+  assert.deepEqual(hits.map((h) => h.record?.key), ["a", "b", "c"].map((k) => `${prefix}${k}`));
+  assert.ok(hits[0].score > hits[1].score && hits[0].field === "text");
+  const fruit = await client.memorySearch(prefix, [1, 0, 0], { filter: { kind: "fruit" }, limit: 1, offset: 1 });
+  assert.deepEqual(fruit.map((h) => h.record?.key), [`${prefix}c`]);
+  await assert.rejects(client.memorySearch(prefix, [1, 0]), (err: CtxdError) => err.code === Code.InvalidArgument && /2 dimensions/.test(err.message));
+  for (const k of ["a", "b", "c"]) await client.memoryDelete(`${prefix}${k}`);
+});
+
 test("errors carry the field the sidecar names", async () => {
   await assert.rejects(
     client.appendTurn(`${run}-bad`, [{ assistant: { tool_calls: [{ id: "x", name: "f", arguments_json: "{" }] } }]),

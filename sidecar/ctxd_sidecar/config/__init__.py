@@ -115,6 +115,19 @@ class MemoryConfig(Table):
     #: Seconds to wait for the MCP memory server to answer one call (it gets
     #: at least 60 s to start).
     mcp_timeout: PositiveFloat = 10.0
+    #: The embedder that turns text into vectors for Search (``embed_fields``
+    #: on Set, ``query_text`` on Search), e.g. "openai" (configured in
+    #: ``[embedder.openai]``); empty: callers give vectors themselves.
+    embedder: str = ""
+    #: Similarity of memory search: "cosine", "dot" or "l2"; fixed for an
+    #: instance by its first vector (the stored metric wins afterwards).
+    search_metric: Literal["cosine", "dot", "l2"] = "cosine"
+    #: Vectors under a prefix beyond which search is approximate (HNSW, the
+    #: ``search`` extra); fewer are ranked exactly.
+    search_approx_threshold: Positive = 20_000
+    #: Seconds between rescans of the store for vectors other sidecars wrote,
+    #: on a shared store without a change feed (0: never).
+    search_refresh: NonNegative = 5.0
 
 
 class ContextsConfig(Table):

@@ -176,6 +176,9 @@ class Migration:
             await self._copy(f"{MEMORY}/{name}", item.value)
             copied.append(name)
         self.report.memory_keys = len(copied)
+        search = await self.src.get(f"{MEMORY}/_search")  # the vectors' dimension and metric
+        if search is not None:
+            await self._copy(f"{MEMORY}/_search", search.value)
         if self.dry_run:
             return
         present = 0

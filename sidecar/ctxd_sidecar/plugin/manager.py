@@ -162,6 +162,25 @@ def summarisers(config: Config, pm: pluggy.PluginManager | None = None) -> dict[
     return out
 
 
+def embedder(config: Config, pm: pluggy.PluginManager | None = None):
+    """The embedder ``memory.embedder`` names (None when empty); ValueError
+    naming the setting when no plugin offers it."""
+    name = config.memory.embedder
+    if not name:
+        return None
+    pm = pm or plugin_manager()
+    offered: dict[str, Any] = {}
+    for owner, embedders in each_result(pm, "ctxd_embedders", config=config):
+        for emb in embedders or ():
+            if name == getattr(emb, "name", None) and name in offered:
+                log.warning("embedder overridden by a later plugin", extra={"plugin": owner})
+            offered[getattr(emb, "name", "")] = emb
+    if name not in offered:
+        known = ", ".join(sorted(n for n in offered if n)) or "none configured"
+        raise ValueError(f"memory.embedder: no embedder named {name!r} (offered: {known})")
+    return offered[name]
+
+
 class PluginHooks:
     """The compaction hooks of every plugin, as the domain calls them
     (:class:`ctxd_sidecar.core.observe.CompactionHooks`). A hook that raises is

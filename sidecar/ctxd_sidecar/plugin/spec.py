@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ctxd_sidecar.config import Config, ConfigTable
     from ctxd_sidecar.core.compaction import MessageView, Summariser
     from ctxd_sidecar.core.contexts.archive import CompactionInfo
+    from ctxd_sidecar.core.memory.embed import Embedder
     from ctxd_sidecar.plugin.store import Store
 
 PROJECT = "ctxd"
@@ -92,6 +93,21 @@ def ctxd_summarisers(config: Config) -> Sequence[Summariser]:
     Called once at start-up on every plugin (see
     :func:`ctxd_sidecar.plugin.manager.summarisers`); a later-registered plugin that
     offers a name already taken overrides it, with a warning.
+    """
+
+
+@hookspec
+def ctxd_embedders(config: Config) -> Sequence[Embedder]:
+    """Return the embedders this plugin offers for memory search (may be empty).
+
+    :param config: the effective configuration (read your table with
+        ``config.table(name, Model)``).
+    :return: objects satisfying :class:`ctxd_sidecar.core.memory.embed.Embedder`
+        (a ``name`` and ``async embed(texts) -> list[list[float]]``). Raise
+        ``ValueError`` with an operator-facing message for a bad setting.
+
+    ``memory.embedder`` names the one used. Called once at start-up; a
+    later-registered plugin offering a taken name overrides it, with a warning.
     """
 
 

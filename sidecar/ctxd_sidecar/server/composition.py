@@ -35,7 +35,7 @@ from ctxd_sidecar.core.observe import StoreObservers
 from ctxd_sidecar.core.prompt.assemble import PromptAssembler
 from ctxd_sidecar.core.skills import SkillCatalogue
 from ctxd_sidecar.core.storage import Storage
-from ctxd_sidecar.plugin.manager import PluginHooks, open_store, summarisers
+from ctxd_sidecar.plugin.manager import PluginHooks, embedder, open_store, summarisers
 from ctxd_sidecar.plugin.store import Store, StoreError
 from ctxd_sidecar.server import metrics, tracing
 from ctxd_sidecar.server.contexts import ContextServicer
@@ -150,7 +150,7 @@ async def build(
         catalogue=catalogue,
         prompts=prompts,
         skillset=skillset,
-        memory=Memory(config.memory, memory),
+        memory=Memory(config.memory, memory, embedder(config, pm)),
         edits=TranscriptEdits(contexts, turns),
         history=history,
         forks=Forks(contexts, history),

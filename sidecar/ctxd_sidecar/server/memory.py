@@ -10,7 +10,7 @@ from __future__ import annotations
 import grpc
 
 from ctxd_sidecar.api.ctxd.v1 import memory_pb2, memory_pb2_grpc
-from ctxd_sidecar.core.memory import Memory, MemoryRecord, SetRequest
+from ctxd_sidecar.core.memory import Memory, MemoryRecord, SearchRequest, SetRequest
 
 _Record = memory_pb2.MemoryRecord
 _GetResponse = memory_pb2.GetResponse
@@ -38,6 +38,21 @@ def _set_request(request: memory_pb2.SetRequest) -> SetRequest:
         expected_version=request.expected_version,
         create_only=request.create_only,
         by=request.by,
+        vectors={v.field: list(v.values) for v in request.vectors},
+        embed_fields=tuple(request.embed_fields),
+    )
+
+
+def _search_request(request: memory_pb2.SearchRequest) -> SearchRequest:
+    return SearchRequest(
+        prefix=request.prefix,
+        text=request.query_text,
+        vector=tuple(request.query_vector),
+        filter_json=request.filter_json,
+        limit=request.limit,
+        offset=request.offset,
+        include_values=request.include_values,
+        fields=tuple(request.fields),
     )
 
 
@@ -76,4 +91,15 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         )
         return _ListResponse(
             records=[_to_pb(r) for r in page.records], next_page_token=page.next_page_token
+        )
+
+    async def Search(
+        self, request: memory_pb2.SearchRequest, context: grpc.aio.ServicerContext
+    ) -> memory_pb2.SearchResponse:
+        hits = await self.memory.search(_search_request(request))
+        return memory_pb2.SearchResponse(
+            hits=[
+                memory_pb2.SearchHit(record=_to_pb(h.record), score=h.score, field=h.field)
+                for h in hits
+            ]
         )

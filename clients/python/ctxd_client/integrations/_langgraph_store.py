@@ -9,9 +9,11 @@ created_ms, "u": updated_ms, "t": ttl_minutes}`` (an item written without
 swept by the sidecar); a read that refreshes them writes the item again
 unchanged (so ``updated_at`` stays, as in LangGraph's own stores) with the
 same TTL, conditional on its version, so a refresh never overwrites a
-concurrent put. Search lists the namespace prefix and filters in the
-client (ctxd has no server-side filter or semantic index: ``query`` is
-ignored); namespaces are derived from the keys. One batch is one round of
+concurrent put. Search without ``query`` lists the namespace prefix and
+filters in the client; with ``query`` and an ``index`` config the item's
+fields are embedded on put (``"x": 1`` marks an item with vectors) and the
+sidecar's Search ranks them (:mod:`._langgraph_vectors`); namespaces are
+derived from the keys. One batch is one round of
 calls: reads first, then the puts, the last put of a key winning (as
 LangGraph's own stores do).
 
@@ -29,6 +31,7 @@ read it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import math
@@ -42,6 +45,7 @@ from langgraph.store.base import (
     NOT_PROVIDED,
     BaseStore,
     GetOp,
+    IndexConfig,
     Item,
     ListNamespacesOp,
     MatchCondition,
@@ -55,6 +59,12 @@ from langgraph.store.base import (
 
 from ctxd_client import AsyncClient, Client
 from ctxd_client.errors import Aborted, NotFound
+from ctxd_client.integrations._langgraph_vectors import (
+    StoreIndex,
+    run_async,
+    run_sync,
+    vector_search,
+)
 
 #: The segment that ends a namespace (percent-encoding writes "!" as %21).
 SEP = "!"
@@ -147,13 +157,20 @@ class CtxdStore(BaseStore):
         *,
         prefix: str = "langgraph-store",
         ttl: TTLConfig | None = None,
+        index: IndexConfig | None = None,
     ) -> None:
         """``client``: a :class:`Client` (sync calls), an :class:`AsyncClient`
         (async calls), or the sidecar's address; the other kind is opened on
         the same address when needed. ``prefix`` is the memory key prefix
-        the store lives under; ``ttl`` LangGraph's TTL settings (minutes)."""
+        the store lives under; ``ttl`` LangGraph's TTL settings (minutes);
+        ``index`` LangGraph's semantic search config (``embed``: embeddings
+        run here, or ``"ctxd"`` for the sidecar's embedder; ``fields``)."""
         self.prefix = prefix.rstrip("/")
         self.ttl_config = ttl
+        self.index_config = index
+        self._index = None if index is None else StoreIndex(dict(index))
+        #: The index's embeddings (None: none, or the sidecar's embedder).
+        self.embeddings = None if self._index is None else self._index.embeddings
         self._address = client if isinstance(client, str) else client.address
         self._sync = client if isinstance(client, Client) else None
         self._async = client if isinstance(client, AsyncClient) else None
@@ -261,20 +278,28 @@ class CtxdStore(BaseStore):
         doc = {"v": op.value, "c": created, "u": max(now, created), "t": ttl}
         if any(_digested(p) for p in full[len(self.prefix) + 1 :].split("/")):
             doc.update(n=list(ns), k=key)
+        vectors = {}
+        if self._index is not None:
+            vectors = yield from self._index.put_options(op.value, op.index)
+            if vectors:
+                doc["x"] = 1
         value_json = json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
-        kw = {"value_json": value_json, "ttl_seconds": _seconds(ttl) if ttl else 0}
+        kw = {"value_json": value_json, "ttl_seconds": _seconds(ttl) if ttl else 0, **vectors}
         yield ("memory_set", (full,), kw)
         if old is not None and old.key != full:
             yield ("memory_delete", (old.key,), {})  # moved from its key before digests
 
     def _search(self, op: SearchOp) -> Generator[Call, Any, list[SearchItem]]:
+        keep = functools.partial(_kept, op.filter)
+        if op.query and self._index is not None:
+            return (yield from vector_search(self, op, keep))
         prefix = self._ns_path(tuple(op.namespace_prefix))
         records = yield ("memory_list", (prefix,), {"include_values": True})
         found: list[SearchItem] = []
         hits = []
         for record in records:
             item = self._item(record, SearchItem)
-            if op.filter and not all(_compare(_at(item.value, k), v) for k, v in op.filter.items()):
+            if not keep(item):
                 continue
             found.append(item)
             hits.append(record)
@@ -301,23 +326,11 @@ class CtxdStore(BaseStore):
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         if self._sync is None:
             self._sync = Client(self._address)
-        return _drive(self._ops(ops), lambda c: getattr(self._sync, c[0])(*c[1], **c[2]))
+        return _drive(self._ops(ops), lambda c: run_sync(self._sync, self._index, c))
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         client = self._aclient()
-        gen = self._ops(ops)
-        reply: Any = None
-        error: Exception | None = None
-        while True:
-            try:
-                call = gen.throw(error) if error is not None else gen.send(reply)
-            except StopIteration as stop:
-                return stop.value
-            reply, error = None, None
-            try:
-                reply = await getattr(client, call[0])(*call[1], **call[2])
-            except (Aborted, NotFound) as exc:
-                error = exc
+        return await _adrive(self._ops(ops), lambda c: run_async(client, self._index, c))
 
     def _aclient(self) -> AsyncClient:
         if self._async_loop == "given":
@@ -331,6 +344,10 @@ class CtxdStore(BaseStore):
         """Close the sync client the store opened."""
         if self._sync is not None:
             self._sync.close()
+
+
+def _kept(filter_: dict | None, item: Item) -> bool:
+    return not filter_ or all(_compare(_at(item.value, k), v) for k, v in filter_.items())
 
 
 def _seconds(minutes: float) -> int:
@@ -348,5 +365,20 @@ def _drive(gen: Generator[Call, Any, Any], call: Any) -> Any:
         reply, error = None, None
         try:
             reply = call(step)
+        except (Aborted, NotFound) as exc:
+            error = exc
+
+
+async def _adrive(gen: Generator[Call, Any, Any], call: Any) -> Any:
+    reply: Any = None
+    error: Exception | None = None
+    while True:
+        try:
+            step = gen.throw(error) if error is not None else gen.send(reply)
+        except StopIteration as stop:
+            return stop.value
+        reply, error = None, None
+        try:
+            reply = await call(step)
         except (Aborted, NotFound) as exc:
             error = exc

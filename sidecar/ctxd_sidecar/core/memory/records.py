@@ -3,7 +3,10 @@
 Stored record (key ``memory/<key>`` in the instance namespace) is one JSON
 object, ``{"ts":…,"expires_at":…,"by":…,"value":<value>}``, where
 ``<value>`` is the caller's JSON text spliced in verbatim (never
-re-serialised), and ``expires_at``/``by`` are omitted when unset.
+re-serialised), and ``expires_at``/``by`` are omitted when unset. A record
+with embedding vectors carries them in the header too, as
+``"vec":{"<field>":"<base64 float32>",…}`` before ``"value"``
+(:mod:`ctxd_sidecar.core.memory.vectors`).
 """
 
 from __future__ import annotations
@@ -11,9 +14,10 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ctxd_sidecar.core.errors import InvalidArgument
+from ctxd_sidecar.core.memory.vectors import Vectors, decode_vectors, encode_vectors
 
 NAMESPACE = "memory"
 
@@ -54,15 +58,49 @@ class SetRequest:
     create_only: bool = False
     #: Who wrote it (free text, shown back on reads).
     by: str = ""
+    #: Embedding vectors by field path, given by the caller (float lists).
+    vectors: dict[str, list[float]] = field(default_factory=dict)
+    #: Field paths whose text the sidecar's embedder turns into vectors.
+    embed_fields: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SearchRequest:
+    """One Search: rank the live records under ``prefix`` by similarity."""
+
+    prefix: str = ""
+    #: The query as text (embedded by the sidecar's embedder) ...
+    text: str = ""
+    #: ... or as a vector (exactly one of the two).
+    vector: tuple[float, ...] = ()
+    #: JSON object: field (dotted path) -> value, or {"$gt": …} style operators.
+    filter_json: str = ""
+    limit: int = 0
+    offset: int = 0
+    include_values: bool = False
+    #: Only these fields' vectors count (empty: every field).
+    fields: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class SearchHit:
+    record: MemoryRecord
+    score: float
+    #: The field whose vector scored best.
+    field: str
 
 
 # -- record format -------------------------------------------------------------------
-def encode_record(value: bytes, ts: int, expires_at: int, by: str) -> bytes:
+def encode_record(
+    value: bytes, ts: int, expires_at: int, by: str, vectors: Vectors | None = None
+) -> bytes:
     head = f'{{"ts":{ts}'
     if expires_at:
         head += f',"expires_at":{expires_at}'
     if by:
         head += ',"by":' + json.dumps(by, ensure_ascii=False)
+    if vectors:
+        head += ',"vec":' + encode_vectors(vectors)
     return b"".join((head.encode(), _VALUE_MARK, value, b"}"))
 
 
@@ -74,6 +112,7 @@ class StoredRecord:
     expires_at: int
     by: str
     value: bytes
+    vectors: Vectors = field(default_factory=dict)
 
     def expired(self, now_ms: int) -> bool:
         return 0 < self.expires_at <= now_ms
@@ -97,7 +136,11 @@ def decode_record(raw: bytes) -> StoredRecord | None:
     try:
         head = json.loads(raw[:i] + b"}")
         return StoredRecord(
-            int(head["ts"]), int(head.get("expires_at", 0)), str(head.get("by", "")), value
+            int(head["ts"]),
+            int(head.get("expires_at", 0)),
+            str(head.get("by", "")),
+            value,
+            decode_vectors(head.get("vec")),
         )
     except (ValueError, KeyError, TypeError):
         return None

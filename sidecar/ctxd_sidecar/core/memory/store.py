@@ -41,6 +41,7 @@ from ctxd_sidecar.core.memory.records import (
     issue_page_token,
     token_after,
 )
+from ctxd_sidecar.core.memory.search import StoreSearch
 from ctxd_sidecar.core.memory.service import MemoryBackend
 from ctxd_sidecar.core.memory.tally import Tally
 from ctxd_sidecar.core.observe import MemoryObserver, NullObserver
@@ -104,6 +105,7 @@ class StoreMemory(MemoryBackend):
         self._tasks: list[asyncio.Task] = []
         #: False until the counters were computed (writes wait for them).
         self.counted = False
+        self.search_index = StoreSearch(config, storage, self._prefix, self._now_ms)
 
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -122,6 +124,7 @@ class StoreMemory(MemoryBackend):
             self._tasks.append(asyncio.create_task(self._recount_until_done(), name="memory-count"))
         if self.config.sweep_interval > 0:
             self._tasks.append(asyncio.create_task(self._sweep_forever(), name="memory-sweeper"))
+        self._tasks.extend(self.search_index.follow(self.index.scan))
 
     async def stop(self) -> None:
         tasks, self._tasks = self._tasks, []
@@ -156,6 +159,8 @@ class StoreMemory(MemoryBackend):
             total += len(rec.value)
             if rec.expires_at:
                 expiry[name] = rec.expires_at
+            self.search_index.seen(name, item.version, rec)
+        await self.search_index.loaded()
         if self.tally is not None:
             await self.tally.reconcile(keys, total, began)
             keys, total = self.tally.keys, self.tally.bytes
@@ -205,7 +210,7 @@ class StoreMemory(MemoryBackend):
             new_bytes = size - (len(old.value) if old is not None else 0)
             await self._reserve(key, new_keys, new_bytes)
             expires_at = now + request.ttl_seconds * 1000 if request.ttl_seconds else 0
-            record = encode_record(value, now, expires_at, request.by)
+            record = encode_record(value, now, expires_at, request.by, request.vectors)
             try:
                 if old_item is None:
                     await self.index.add(key)
@@ -223,6 +228,7 @@ class StoreMemory(MemoryBackend):
                 await asyncio.shield(self._release(new_keys, new_bytes))
                 raise
             self._expiry.schedule(key, expires_at)
+            self.search_index.written(key, version, request.vectors)
             return MemoryRecord(key, request.value_json, version, now, expires_at, request.by)
         raise Unavailable(f"memory key {key!r} is changing too often; retry")
 
@@ -347,6 +353,7 @@ class StoreMemory(MemoryBackend):
 
     async def _forget(self, key: str, rec: StoredRecord | None) -> None:
         self._expiry.forget(key)
+        self.search_index.dropped(key)
         await self._release(1, len(rec.value) if rec is not None else 0)
 
     # -- caps -------------------------------------------------------------------------
@@ -375,24 +382,7 @@ class StoreMemory(MemoryBackend):
         self._counts(self.keys + new_keys, self.total_bytes + new_bytes)
 
     def _checker(self, new_keys: int, new_bytes: int) -> Callable[[int, int], None]:
-        cfg = self.config
-
-        def check(keys: int, total: int) -> None:
-            if new_keys > 0 and keys + new_keys > cfg.max_keys:
-                raise LimitExceeded(
-                    "memory.max_keys",
-                    cfg.max_keys,
-                    f"memory holds {keys} keys; memory.max_keys is {cfg.max_keys}",
-                )
-            if new_bytes > 0 and total + new_bytes > cfg.max_total_bytes:
-                raise LimitExceeded(
-                    "memory.max_total_bytes",
-                    cfg.max_total_bytes,
-                    f"memory holds {total} bytes of values and this write adds "
-                    f"{new_bytes}; memory.max_total_bytes is {cfg.max_total_bytes}",
-                )
-
-        return check
+        return cap_checker(self.config, new_keys, new_bytes)
 
     async def _release(self, new_keys: int, new_bytes: int) -> None:
         if self.tally is None:
@@ -422,3 +412,24 @@ class StoreMemory(MemoryBackend):
             slot[1] -= 1
             if not slot[1]:
                 del self._key_locks[key]
+
+
+def cap_checker(cfg: MemoryConfig, new_keys: int, new_bytes: int) -> Callable[[int, int], None]:
+    """Checks that a write adding ``new_keys`` and ``new_bytes`` fits the caps."""
+
+    def check(keys: int, total: int) -> None:
+        if new_keys > 0 and keys + new_keys > cfg.max_keys:
+            raise LimitExceeded(
+                "memory.max_keys",
+                cfg.max_keys,
+                f"memory holds {keys} keys; memory.max_keys is {cfg.max_keys}",
+            )
+        if new_bytes > 0 and total + new_bytes > cfg.max_total_bytes:
+            raise LimitExceeded(
+                "memory.max_total_bytes",
+                cfg.max_total_bytes,
+                f"memory holds {total} bytes of values and this write adds "
+                f"{new_bytes}; memory.max_total_bytes is {cfg.max_total_bytes}",
+            )
+
+    return check

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from array import array
 
 from ctxd_sidecar.config import MemoryConfig
 from ctxd_sidecar.core.errors import InvalidArgument, LimitExceeded
 from ctxd_sidecar.core.jsonvalue import validate_json
-from ctxd_sidecar.core.memory.records import SetRequest
+from ctxd_sidecar.core.memory.records import SearchRequest, SetRequest
+from ctxd_sidecar.core.memory.vectors import MAX_VECTORS, check_field_name, check_vector
 
 #: Longest key, in characters (the store may also bound its bytes).
 MAX_KEY_CHARS = 256
@@ -18,6 +21,9 @@ MAX_VERSION_CHARS = 256
 #: Longest TTL accepted: 100 years, in seconds.
 MAX_TTL_SECONDS = 100 * 365 * 24 * 3600
 DEFAULT_LIST_LIMIT = 100
+DEFAULT_SEARCH_LIMIT = 10
+#: Most records one Search skips (offset) or returns (limit).
+MAX_SEARCH_OFFSET = 10_000
 #: Larger page sizes are reduced to this.
 MAX_LIST_LIMIT = 1000
 
@@ -99,3 +105,33 @@ def list_limit(limit: int) -> int:
     if limit < 0:
         raise InvalidArgument("limit", f"must be 0 (default {DEFAULT_LIST_LIMIT}) or positive")
     return min(limit or DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT)
+
+
+def validate_vectors(vectors: dict, embed_fields: tuple[str, ...]) -> dict[str, array]:
+    """A Set's vectors as float32 arrays, each field named once."""
+    if len(vectors) + len(embed_fields) > MAX_VECTORS:
+        raise InvalidArgument("vectors", f"at most {MAX_VECTORS} vectors per record")
+    out: dict[str, array] = {}
+    for name, values in vectors.items():
+        check_field_name(name, "vectors")
+        out[name] = check_vector(values, f"vectors[{name}]")
+    for name in embed_fields:
+        check_field_name(name, "embed_fields")
+        if name in out:
+            raise InvalidArgument("embed_fields", f"field {name!r} also has a vector given")
+    return out
+
+
+def validate_search(request: SearchRequest) -> SearchRequest:
+    """A Search's arguments checked, with the default limit filled in."""
+    validate_prefix(request.prefix)
+    if bool(request.text) == bool(request.vector):
+        raise InvalidArgument("query", "give exactly one of query_text and query_vector")
+    if request.limit < 0:
+        raise InvalidArgument("limit", f"must be 0 (default {DEFAULT_SEARCH_LIMIT}) or positive")
+    if not 0 <= request.offset <= MAX_SEARCH_OFFSET:
+        raise InvalidArgument("offset", f"must be between 0 and {MAX_SEARCH_OFFSET}")
+    for name in request.fields:
+        check_field_name(name, "fields")
+    limit = min(request.limit or DEFAULT_SEARCH_LIMIT, MAX_LIST_LIMIT)
+    return dataclasses.replace(request, limit=limit)

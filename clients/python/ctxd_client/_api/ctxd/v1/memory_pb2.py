@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x63txd/v1/memory.proto\x12\x07\x63txd.v1\"w\n\x0cMemoryRecord\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x12\n\nvalue_json\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\x12\n\nupdated_ms\x18\x04 \x01(\x03\x12\x15\n\rexpires_at_ms\x18\x05 \x01(\x03\x12\n\n\x02\x62y\x18\x06 \x01(\t\"\x19\n\nGetRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\"4\n\x0bGetResponse\x12%\n\x06record\x18\x01 \x01(\x0b\x32\x15.ctxd.v1.MemoryRecord\"}\n\nSetRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x12\n\nvalue_json\x18\x02 \x01(\t\x12\x13\n\x0bttl_seconds\x18\x03 \x01(\x03\x12\x18\n\x10\x65xpected_version\x18\x04 \x01(\t\x12\x13\n\x0b\x63reate_only\x18\x05 \x01(\x08\x12\n\n\x02\x62y\x18\x06 \x01(\t\"4\n\x0bSetResponse\x12%\n\x06record\x18\x01 \x01(\x0b\x32\x15.ctxd.v1.MemoryRecord\"6\n\rDeleteRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x18\n\x10\x65xpected_version\x18\x02 \x01(\t\"!\n\x0e\x44\x65leteResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\"X\n\x0bListRequest\x12\x0e\n\x06prefix\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\x12\x16\n\x0einclude_values\x18\x04 \x01(\x08\"O\n\x0cListResponse\x12&\n\x07records\x18\x01 \x03(\x0b\x32\x15.ctxd.v1.MemoryRecord\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t2\xe3\x01\n\rMemoryService\x12\x30\n\x03Get\x12\x13.ctxd.v1.GetRequest\x1a\x14.ctxd.v1.GetResponse\x12\x30\n\x03Set\x12\x13.ctxd.v1.SetRequest\x1a\x14.ctxd.v1.SetResponse\x12\x39\n\x06\x44\x65lete\x12\x16.ctxd.v1.DeleteRequest\x1a\x17.ctxd.v1.DeleteResponse\x12\x33\n\x04List\x12\x14.ctxd.v1.ListRequest\x1a\x15.ctxd.v1.ListResponseBU\n\x0b\x64\x65v.ctxd.v1P\x01Z*github.com/ctxd/ctxd/gen/go/ctxd/v1;ctxdv1\xa2\x02\x03\x43XX\xaa\x02\x07\x43txd.V1\xca\x02\x07\x43txd\\V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x63txd/v1/memory.proto\x12\x07\x63txd.v1\"\'\n\x06Vector\x12\r\n\x05\x66ield\x18\x01 \x01(\t\x12\x0e\n\x06values\x18\x02 \x03(\x02\"w\n\x0cMemoryRecord\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x12\n\nvalue_json\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\x12\n\nupdated_ms\x18\x04 \x01(\x03\x12\x15\n\rexpires_at_ms\x18\x05 \x01(\x03\x12\n\n\x02\x62y\x18\x06 \x01(\t\"\x19\n\nGetRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\"4\n\x0bGetResponse\x12%\n\x06record\x18\x01 \x01(\x0b\x32\x15.ctxd.v1.MemoryRecord\"\xb5\x01\n\nSetRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x12\n\nvalue_json\x18\x02 \x01(\t\x12\x13\n\x0bttl_seconds\x18\x03 \x01(\x03\x12\x18\n\x10\x65xpected_version\x18\x04 \x01(\t\x12\x13\n\x0b\x63reate_only\x18\x05 \x01(\x08\x12\n\n\x02\x62y\x18\x06 \x01(\t\x12 \n\x07vectors\x18\x07 \x03(\x0b\x32\x0f.ctxd.v1.Vector\x12\x14\n\x0c\x65mbed_fields\x18\x08 \x03(\t\"4\n\x0bSetResponse\x12%\n\x06record\x18\x01 \x01(\x0b\x32\x15.ctxd.v1.MemoryRecord\"6\n\rDeleteRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x18\n\x10\x65xpected_version\x18\x02 \x01(\t\"!\n\x0e\x44\x65leteResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\"X\n\x0bListRequest\x12\x0e\n\x06prefix\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\x12\x16\n\x0einclude_values\x18\x04 \x01(\x08\"O\n\x0cListResponse\x12&\n\x07records\x18\x01 \x03(\x0b\x32\x15.ctxd.v1.MemoryRecord\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xa5\x01\n\rSearchRequest\x12\x0e\n\x06prefix\x18\x01 \x01(\t\x12\x12\n\nquery_text\x18\x02 \x01(\t\x12\x14\n\x0cquery_vector\x18\x03 \x03(\x02\x12\x13\n\x0b\x66ilter_json\x18\x04 \x01(\t\x12\r\n\x05limit\x18\x05 \x01(\x05\x12\x0e\n\x06offset\x18\x06 \x01(\x05\x12\x16\n\x0einclude_values\x18\x07 \x01(\x08\x12\x0e\n\x06\x66ields\x18\x08 \x03(\t\"P\n\tSearchHit\x12%\n\x06record\x18\x01 \x01(\x0b\x32\x15.ctxd.v1.MemoryRecord\x12\r\n\x05score\x18\x02 \x01(\x01\x12\r\n\x05\x66ield\x18\x03 \x01(\t\"2\n\x0eSearchResponse\x12 \n\x04hits\x18\x01 \x03(\x0b\x32\x12.ctxd.v1.SearchHit2\x9e\x02\n\rMemoryService\x12\x30\n\x03Get\x12\x13.ctxd.v1.GetRequest\x1a\x14.ctxd.v1.GetResponse\x12\x30\n\x03Set\x12\x13.ctxd.v1.SetRequest\x1a\x14.ctxd.v1.SetResponse\x12\x39\n\x06\x44\x65lete\x12\x16.ctxd.v1.DeleteRequest\x1a\x17.ctxd.v1.DeleteResponse\x12\x33\n\x04List\x12\x14.ctxd.v1.ListRequest\x1a\x15.ctxd.v1.ListResponse\x12\x39\n\x06Search\x12\x16.ctxd.v1.SearchRequest\x1a\x17.ctxd.v1.SearchResponseBU\n\x0b\x64\x65v.ctxd.v1P\x01Z*github.com/ctxd/ctxd/gen/go/ctxd/v1;ctxdv1\xa2\x02\x03\x43XX\xaa\x02\x07\x43txd.V1\xca\x02\x07\x43txd\\V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,24 +32,32 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'ctxd.v1.memory_pb2', _globa
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\013dev.ctxd.v1P\001Z*github.com/ctxd/ctxd/gen/go/ctxd/v1;ctxdv1\242\002\003CXX\252\002\007Ctxd.V1\312\002\007Ctxd\\V1'
-  _globals['_MEMORYRECORD']._serialized_start=33
-  _globals['_MEMORYRECORD']._serialized_end=152
-  _globals['_GETREQUEST']._serialized_start=154
-  _globals['_GETREQUEST']._serialized_end=179
-  _globals['_GETRESPONSE']._serialized_start=181
-  _globals['_GETRESPONSE']._serialized_end=233
-  _globals['_SETREQUEST']._serialized_start=235
-  _globals['_SETREQUEST']._serialized_end=360
-  _globals['_SETRESPONSE']._serialized_start=362
-  _globals['_SETRESPONSE']._serialized_end=414
-  _globals['_DELETEREQUEST']._serialized_start=416
-  _globals['_DELETEREQUEST']._serialized_end=470
-  _globals['_DELETERESPONSE']._serialized_start=472
-  _globals['_DELETERESPONSE']._serialized_end=505
-  _globals['_LISTREQUEST']._serialized_start=507
-  _globals['_LISTREQUEST']._serialized_end=595
-  _globals['_LISTRESPONSE']._serialized_start=597
-  _globals['_LISTRESPONSE']._serialized_end=676
-  _globals['_MEMORYSERVICE']._serialized_start=679
-  _globals['_MEMORYSERVICE']._serialized_end=906
+  _globals['_VECTOR']._serialized_start=33
+  _globals['_VECTOR']._serialized_end=72
+  _globals['_MEMORYRECORD']._serialized_start=74
+  _globals['_MEMORYRECORD']._serialized_end=193
+  _globals['_GETREQUEST']._serialized_start=195
+  _globals['_GETREQUEST']._serialized_end=220
+  _globals['_GETRESPONSE']._serialized_start=222
+  _globals['_GETRESPONSE']._serialized_end=274
+  _globals['_SETREQUEST']._serialized_start=277
+  _globals['_SETREQUEST']._serialized_end=458
+  _globals['_SETRESPONSE']._serialized_start=460
+  _globals['_SETRESPONSE']._serialized_end=512
+  _globals['_DELETEREQUEST']._serialized_start=514
+  _globals['_DELETEREQUEST']._serialized_end=568
+  _globals['_DELETERESPONSE']._serialized_start=570
+  _globals['_DELETERESPONSE']._serialized_end=603
+  _globals['_LISTREQUEST']._serialized_start=605
+  _globals['_LISTREQUEST']._serialized_end=693
+  _globals['_LISTRESPONSE']._serialized_start=695
+  _globals['_LISTRESPONSE']._serialized_end=774
+  _globals['_SEARCHREQUEST']._serialized_start=777
+  _globals['_SEARCHREQUEST']._serialized_end=942
+  _globals['_SEARCHHIT']._serialized_start=944
+  _globals['_SEARCHHIT']._serialized_end=1024
+  _globals['_SEARCHRESPONSE']._serialized_start=1026
+  _globals['_SEARCHRESPONSE']._serialized_end=1076
+  _globals['_MEMORYSERVICE']._serialized_start=1079
+  _globals['_MEMORYSERVICE']._serialized_end=1365
 # @@protoc_insertion_point(module_scope)

@@ -6,6 +6,14 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class Vector(_message.Message):
+    __slots__ = ("field", "values")
+    FIELD_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    field: str
+    values: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, field: _Optional[str] = ..., values: _Optional[_Iterable[float]] = ...) -> None: ...
+
 class MemoryRecord(_message.Message):
     __slots__ = ("key", "value_json", "version", "updated_ms", "expires_at_ms", "by")
     KEY_FIELD_NUMBER: _ClassVar[int]
@@ -35,20 +43,24 @@ class GetResponse(_message.Message):
     def __init__(self, record: _Optional[_Union[MemoryRecord, _Mapping]] = ...) -> None: ...
 
 class SetRequest(_message.Message):
-    __slots__ = ("key", "value_json", "ttl_seconds", "expected_version", "create_only", "by")
+    __slots__ = ("key", "value_json", "ttl_seconds", "expected_version", "create_only", "by", "vectors", "embed_fields")
     KEY_FIELD_NUMBER: _ClassVar[int]
     VALUE_JSON_FIELD_NUMBER: _ClassVar[int]
     TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
     CREATE_ONLY_FIELD_NUMBER: _ClassVar[int]
     BY_FIELD_NUMBER: _ClassVar[int]
+    VECTORS_FIELD_NUMBER: _ClassVar[int]
+    EMBED_FIELDS_FIELD_NUMBER: _ClassVar[int]
     key: str
     value_json: str
     ttl_seconds: int
     expected_version: str
     create_only: bool
     by: str
-    def __init__(self, key: _Optional[str] = ..., value_json: _Optional[str] = ..., ttl_seconds: _Optional[int] = ..., expected_version: _Optional[str] = ..., create_only: _Optional[bool] = ..., by: _Optional[str] = ...) -> None: ...
+    vectors: _containers.RepeatedCompositeFieldContainer[Vector]
+    embed_fields: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, key: _Optional[str] = ..., value_json: _Optional[str] = ..., ttl_seconds: _Optional[int] = ..., expected_version: _Optional[str] = ..., create_only: _Optional[bool] = ..., by: _Optional[str] = ..., vectors: _Optional[_Iterable[_Union[Vector, _Mapping]]] = ..., embed_fields: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SetResponse(_message.Message):
     __slots__ = ("record",)
@@ -89,3 +101,39 @@ class ListResponse(_message.Message):
     records: _containers.RepeatedCompositeFieldContainer[MemoryRecord]
     next_page_token: str
     def __init__(self, records: _Optional[_Iterable[_Union[MemoryRecord, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class SearchRequest(_message.Message):
+    __slots__ = ("prefix", "query_text", "query_vector", "filter_json", "limit", "offset", "include_values", "fields")
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    QUERY_TEXT_FIELD_NUMBER: _ClassVar[int]
+    QUERY_VECTOR_FIELD_NUMBER: _ClassVar[int]
+    FILTER_JSON_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_VALUES_FIELD_NUMBER: _ClassVar[int]
+    FIELDS_FIELD_NUMBER: _ClassVar[int]
+    prefix: str
+    query_text: str
+    query_vector: _containers.RepeatedScalarFieldContainer[float]
+    filter_json: str
+    limit: int
+    offset: int
+    include_values: bool
+    fields: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, prefix: _Optional[str] = ..., query_text: _Optional[str] = ..., query_vector: _Optional[_Iterable[float]] = ..., filter_json: _Optional[str] = ..., limit: _Optional[int] = ..., offset: _Optional[int] = ..., include_values: _Optional[bool] = ..., fields: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class SearchHit(_message.Message):
+    __slots__ = ("record", "score", "field")
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    FIELD_FIELD_NUMBER: _ClassVar[int]
+    record: MemoryRecord
+    score: float
+    field: str
+    def __init__(self, record: _Optional[_Union[MemoryRecord, _Mapping]] = ..., score: _Optional[float] = ..., field: _Optional[str] = ...) -> None: ...
+
+class SearchResponse(_message.Message):
+    __slots__ = ("hits",)
+    HITS_FIELD_NUMBER: _ClassVar[int]
+    hits: _containers.RepeatedCompositeFieldContainer[SearchHit]
+    def __init__(self, hits: _Optional[_Iterable[_Union[SearchHit, _Mapping]]] = ...) -> None: ...

@@ -66,6 +66,11 @@ class MemoryServiceStub:
                 request_serializer=ctxd_dot_v1_dot_memory__pb2.ListRequest.SerializeToString,
                 response_deserializer=ctxd_dot_v1_dot_memory__pb2.ListResponse.FromString,
                 _registered_method=True)
+        self.Search = channel.unary_unary(
+                '/ctxd.v1.MemoryService/Search',
+                request_serializer=ctxd_dot_v1_dot_memory__pb2.SearchRequest.SerializeToString,
+                response_deserializer=ctxd_dot_v1_dot_memory__pb2.SearchResponse.FromString,
+                _registered_method=True)
 
 
 class MemoryServiceServicer:
@@ -114,6 +119,17 @@ class MemoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Search(self, request, context):
+        """Search ranks the live records under a prefix that carry vectors by
+        similarity to a query (a vector, or a text the sidecar's embedder turns
+        into one), best first, with an optional filter on the values. A vector
+        of the wrong dimension is INVALID_ARGUMENT naming both; a text query
+        without an embedder configured is FAILED_PRECONDITION.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MemoryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -136,6 +152,11 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.List,
                     request_deserializer=ctxd_dot_v1_dot_memory__pb2.ListRequest.FromString,
                     response_serializer=ctxd_dot_v1_dot_memory__pb2.ListResponse.SerializeToString,
+            ),
+            'Search': grpc.unary_unary_rpc_method_handler(
+                    servicer.Search,
+                    request_deserializer=ctxd_dot_v1_dot_memory__pb2.SearchRequest.FromString,
+                    response_serializer=ctxd_dot_v1_dot_memory__pb2.SearchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -258,6 +279,33 @@ class MemoryService:
             '/ctxd.v1.MemoryService/List',
             ctxd_dot_v1_dot_memory__pb2.ListRequest.SerializeToString,
             ctxd_dot_v1_dot_memory__pb2.ListResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Search(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ctxd.v1.MemoryService/Search',
+            ctxd_dot_v1_dot_memory__pb2.SearchRequest.SerializeToString,
+            ctxd_dot_v1_dot_memory__pb2.SearchResponse.FromString,
             options,
             channel_credentials,
             insecure,

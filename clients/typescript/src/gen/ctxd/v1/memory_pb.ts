@@ -10,7 +10,37 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file ctxd/v1/memory.proto.
  */
 export const file_ctxd_v1_memory: GenFile = /*@__PURE__*/
-  fileDesc("ChRjdHhkL3YxL21lbW9yeS5wcm90bxIHY3R4ZC52MSJ3CgxNZW1vcnlSZWNvcmQSCwoDa2V5GAEgASgJEhIKCnZhbHVlX2pzb24YAiABKAkSDwoHdmVyc2lvbhgDIAEoCRISCgp1cGRhdGVkX21zGAQgASgDEhUKDWV4cGlyZXNfYXRfbXMYBSABKAMSCgoCYnkYBiABKAkiGQoKR2V0UmVxdWVzdBILCgNrZXkYASABKAkiNAoLR2V0UmVzcG9uc2USJQoGcmVjb3JkGAEgASgLMhUuY3R4ZC52MS5NZW1vcnlSZWNvcmQifQoKU2V0UmVxdWVzdBILCgNrZXkYASABKAkSEgoKdmFsdWVfanNvbhgCIAEoCRITCgt0dGxfc2Vjb25kcxgDIAEoAxIYChBleHBlY3RlZF92ZXJzaW9uGAQgASgJEhMKC2NyZWF0ZV9vbmx5GAUgASgIEgoKAmJ5GAYgASgJIjQKC1NldFJlc3BvbnNlEiUKBnJlY29yZBgBIAEoCzIVLmN0eGQudjEuTWVtb3J5UmVjb3JkIjYKDURlbGV0ZVJlcXVlc3QSCwoDa2V5GAEgASgJEhgKEGV4cGVjdGVkX3ZlcnNpb24YAiABKAkiIQoORGVsZXRlUmVzcG9uc2USDwoHZGVsZXRlZBgBIAEoCCJYCgtMaXN0UmVxdWVzdBIOCgZwcmVmaXgYASABKAkSDQoFbGltaXQYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCRIWCg5pbmNsdWRlX3ZhbHVlcxgEIAEoCCJPCgxMaXN0UmVzcG9uc2USJgoHcmVjb3JkcxgBIAMoCzIVLmN0eGQudjEuTWVtb3J5UmVjb3JkEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCTLjAQoNTWVtb3J5U2VydmljZRIwCgNHZXQSEy5jdHhkLnYxLkdldFJlcXVlc3QaFC5jdHhkLnYxLkdldFJlc3BvbnNlEjAKA1NldBITLmN0eGQudjEuU2V0UmVxdWVzdBoULmN0eGQudjEuU2V0UmVzcG9uc2USOQoGRGVsZXRlEhYuY3R4ZC52MS5EZWxldGVSZXF1ZXN0GhcuY3R4ZC52MS5EZWxldGVSZXNwb25zZRIzCgRMaXN0EhQuY3R4ZC52MS5MaXN0UmVxdWVzdBoVLmN0eGQudjEuTGlzdFJlc3BvbnNlQlUKC2Rldi5jdHhkLnYxUAFaKmdpdGh1Yi5jb20vY3R4ZC9jdHhkL2dlbi9nby9jdHhkL3YxO2N0eGR2MaICA0NYWKoCB0N0eGQuVjHKAgdDdHhkXFYxYgZwcm90bzM");
+  fileDesc("ChRjdHhkL3YxL21lbW9yeS5wcm90bxIHY3R4ZC52MSInCgZWZWN0b3ISDQoFZmllbGQYASABKAkSDgoGdmFsdWVzGAIgAygCIncKDE1lbW9yeVJlY29yZBILCgNrZXkYASABKAkSEgoKdmFsdWVfanNvbhgCIAEoCRIPCgd2ZXJzaW9uGAMgASgJEhIKCnVwZGF0ZWRfbXMYBCABKAMSFQoNZXhwaXJlc19hdF9tcxgFIAEoAxIKCgJieRgGIAEoCSIZCgpHZXRSZXF1ZXN0EgsKA2tleRgBIAEoCSI0CgtHZXRSZXNwb25zZRIlCgZyZWNvcmQYASABKAsyFS5jdHhkLnYxLk1lbW9yeVJlY29yZCK1AQoKU2V0UmVxdWVzdBILCgNrZXkYASABKAkSEgoKdmFsdWVfanNvbhgCIAEoCRITCgt0dGxfc2Vjb25kcxgDIAEoAxIYChBleHBlY3RlZF92ZXJzaW9uGAQgASgJEhMKC2NyZWF0ZV9vbmx5GAUgASgIEgoKAmJ5GAYgASgJEiAKB3ZlY3RvcnMYByADKAsyDy5jdHhkLnYxLlZlY3RvchIUCgxlbWJlZF9maWVsZHMYCCADKAkiNAoLU2V0UmVzcG9uc2USJQoGcmVjb3JkGAEgASgLMhUuY3R4ZC52MS5NZW1vcnlSZWNvcmQiNgoNRGVsZXRlUmVxdWVzdBILCgNrZXkYASABKAkSGAoQZXhwZWN0ZWRfdmVyc2lvbhgCIAEoCSIhCg5EZWxldGVSZXNwb25zZRIPCgdkZWxldGVkGAEgASgIIlgKC0xpc3RSZXF1ZXN0Eg4KBnByZWZpeBgBIAEoCRINCgVsaW1pdBgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJEhYKDmluY2x1ZGVfdmFsdWVzGAQgASgIIk8KDExpc3RSZXNwb25zZRImCgdyZWNvcmRzGAEgAygLMhUuY3R4ZC52MS5NZW1vcnlSZWNvcmQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIqUBCg1TZWFyY2hSZXF1ZXN0Eg4KBnByZWZpeBgBIAEoCRISCgpxdWVyeV90ZXh0GAIgASgJEhQKDHF1ZXJ5X3ZlY3RvchgDIAMoAhITCgtmaWx0ZXJfanNvbhgEIAEoCRINCgVsaW1pdBgFIAEoBRIOCgZvZmZzZXQYBiABKAUSFgoOaW5jbHVkZV92YWx1ZXMYByABKAgSDgoGZmllbGRzGAggAygJIlAKCVNlYXJjaEhpdBIlCgZyZWNvcmQYASABKAsyFS5jdHhkLnYxLk1lbW9yeVJlY29yZBINCgVzY29yZRgCIAEoARINCgVmaWVsZBgDIAEoCSIyCg5TZWFyY2hSZXNwb25zZRIgCgRoaXRzGAEgAygLMhIuY3R4ZC52MS5TZWFyY2hIaXQyngIKDU1lbW9yeVNlcnZpY2USMAoDR2V0EhMuY3R4ZC52MS5HZXRSZXF1ZXN0GhQuY3R4ZC52MS5HZXRSZXNwb25zZRIwCgNTZXQSEy5jdHhkLnYxLlNldFJlcXVlc3QaFC5jdHhkLnYxLlNldFJlc3BvbnNlEjkKBkRlbGV0ZRIWLmN0eGQudjEuRGVsZXRlUmVxdWVzdBoXLmN0eGQudjEuRGVsZXRlUmVzcG9uc2USMwoETGlzdBIULmN0eGQudjEuTGlzdFJlcXVlc3QaFS5jdHhkLnYxLkxpc3RSZXNwb25zZRI5CgZTZWFyY2gSFi5jdHhkLnYxLlNlYXJjaFJlcXVlc3QaFy5jdHhkLnYxLlNlYXJjaFJlc3BvbnNlQlUKC2Rldi5jdHhkLnYxUAFaKmdpdGh1Yi5jb20vY3R4ZC9jdHhkL2dlbi9nby9jdHhkL3YxO2N0eGR2MaICA0NYWKoCB0N0eGQuVjHKAgdDdHhkXFYxYgZwcm90bzM");
+
+/**
+ * Vector is one embedding of a record, for one indexed field.
+ *
+ * @generated from message ctxd.v1.Vector
+ */
+export type Vector = Message<"ctxd.v1.Vector"> & {
+  /**
+   * The field path it embeds ("text", "a.b", "items[0]", "$" for the whole
+   * value); a record carries at most one vector per field.
+   *
+   * @generated from field: string field = 1;
+   */
+  field: string;
+
+  /**
+   * The embedding. Every vector of an instance's memory has the same
+   * dimension, fixed by the first one written (at most 4096).
+   *
+   * @generated from field: repeated float values = 2;
+   */
+  values: number[];
+};
+
+/**
+ * Describes the message ctxd.v1.Vector.
+ * Use `create(VectorSchema)` to create a new message.
+ */
+export const VectorSchema: GenMessage<Vector> = /*@__PURE__*/
+  messageDesc(file_ctxd_v1_memory, 0);
 
 /**
  * MemoryRecord is one stored value with its metadata.
@@ -66,7 +96,7 @@ export type MemoryRecord = Message<"ctxd.v1.MemoryRecord"> & {
  * Use `create(MemoryRecordSchema)` to create a new message.
  */
 export const MemoryRecordSchema: GenMessage<MemoryRecord> = /*@__PURE__*/
-  messageDesc(file_ctxd_v1_memory, 0);
+  messageDesc(file_ctxd_v1_memory, 1);
 
 /**
  * GetRequest names the key to read.
@@ -85,7 +115,7 @@ export type GetRequest = Message<"ctxd.v1.GetRequest"> & {
  * Use `create(GetRequestSchema)` to create a new message.
  */
 export const GetRequestSchema: GenMessage<GetRequest> = /*@__PURE__*/
-  messageDesc(file_ctxd_v1_memory, 1);
+  messageDesc(file_ctxd_v1_memory, 2);
 
 /**
  * GetResponse carries the live record.
@@ -104,7 +134,7 @@ export type GetResponse = Message<"ctxd.v1.GetResponse"> & {
  * Use `create(GetResponseSchema)` to create a new message.
  */
 export const GetResponseSchema: GenMessage<GetResponse> = /*@__PURE__*/
-  messageDesc(file_ctxd_v1_memory, 2);
+  messageDesc(file_ctxd_v1_memory, 3);
 
 /**
  * SetRequest writes one value.
@@ -154,6 +184,22 @@ export type SetRequest = Message<"ctxd.v1.SetRequest"> & {
    * @generated from field: string by = 6;
    */
   by: string;
+
+  /**
+   * Embedding vectors stored with the record (replacing any it had), found
+   * by Search. Stored, replicated, expired and deleted with the value.
+   *
+   * @generated from field: repeated ctxd.v1.Vector vectors = 7;
+   */
+  vectors: Vector[];
+
+  /**
+   * Field paths of the value whose text the sidecar's embedder
+   * (memory.embedder) turns into vectors; FAILED_PRECONDITION without one.
+   *
+   * @generated from field: repeated string embed_fields = 8;
+   */
+  embedFields: string[];
 };
 
 /**
@@ -161,7 +207,7 @@ export type SetRequest = Message<"ctxd.v1.SetRequest"> & {
  * Use `create(SetRequestSchema)` to create a new message.
  */
 export const SetRequestSchema: GenMessage<SetRequest> = /*@__PURE__*/
-  messageDesc(file_ctxd_v1_memory, 3);
+  messageDesc(file_ctxd_v1_memory, 4);
 
 /**
  * SetResponse returns the record as stored, with its new version.
@@ -180,7 +226,7 @@ export type SetResponse = Message<"ctxd.v1.SetResponse"> & {
  * Use `create(SetResponseSchema)` to create a new message.
  */
 export const SetResponseSchema: GenMessage<SetResponse> = /*@__PURE__*/
-  messageDesc(file_ctxd_v1_memory, 4);
+  messageDesc(file_ctxd_v1_memory, 5);
 
 /**
  * DeleteRequest names the key to remove.
@@ -207,7 +253,7 @@ export type DeleteRequest = Message<"ctxd.v1.DeleteRequest"> & {
  * Use `create(DeleteRequestSchema)` to create a new message.
  */
 export const DeleteRequestSchema: GenMessage<DeleteRequest> = /*@__PURE__*/
-  messageDesc(file_ctxd_v1_memory, 5);
+  messageDesc(file_ctxd_v1_memory, 6);
 
 /**
  * DeleteResponse says whether a live record was removed.
@@ -226,7 +272,7 @@ export type DeleteResponse = Message<"ctxd.v1.DeleteResponse"> & {
  * Use `create(DeleteResponseSchema)` to create a new message.
  */
 export const DeleteResponseSchema: GenMessage<DeleteResponse> = /*@__PURE__*/
-  messageDesc(file_ctxd_v1_memory, 6);
+  messageDesc(file_ctxd_v1_memory, 7);
 
 /**
  * ListRequest pages through keys.
@@ -270,7 +316,7 @@ export type ListRequest = Message<"ctxd.v1.ListRequest"> & {
  * Use `create(ListRequestSchema)` to create a new message.
  */
 export const ListRequestSchema: GenMessage<ListRequest> = /*@__PURE__*/
-  messageDesc(file_ctxd_v1_memory, 7);
+  messageDesc(file_ctxd_v1_memory, 8);
 
 /**
  * ListResponse is one page of records, sorted by key. A page holds at most
@@ -300,7 +346,129 @@ export type ListResponse = Message<"ctxd.v1.ListResponse"> & {
  * Use `create(ListResponseSchema)` to create a new message.
  */
 export const ListResponseSchema: GenMessage<ListResponse> = /*@__PURE__*/
-  messageDesc(file_ctxd_v1_memory, 8);
+  messageDesc(file_ctxd_v1_memory, 9);
+
+/**
+ * SearchRequest ranks records by similarity to a query.
+ *
+ * @generated from message ctxd.v1.SearchRequest
+ */
+export type SearchRequest = Message<"ctxd.v1.SearchRequest"> & {
+  /**
+   * Only keys starting with this string. Empty searches every key.
+   *
+   * @generated from field: string prefix = 1;
+   */
+  prefix: string;
+
+  /**
+   * The query as text, embedded by the sidecar's embedder ...
+   *
+   * @generated from field: string query_text = 2;
+   */
+  queryText: string;
+
+  /**
+   * ... or as a vector (give exactly one of the two).
+   *
+   * @generated from field: repeated float query_vector = 3;
+   */
+  queryVector: number[];
+
+  /**
+   * JSON object: field (dotted path) -> value it must equal, or an object
+   * of operators ($eq, $ne, $gt, $gte, $lt, $lte). Empty: no filter.
+   *
+   * @generated from field: string filter_json = 4;
+   */
+  filterJson: string;
+
+  /**
+   * Most hits; 0 means the default (10). At most 1000.
+   *
+   * @generated from field: int32 limit = 5;
+   */
+  limit: number;
+
+  /**
+   * Hits to skip first (at most 10000).
+   *
+   * @generated from field: int32 offset = 6;
+   */
+  offset: number;
+
+  /**
+   * If true, records carry value_json.
+   *
+   * @generated from field: bool include_values = 7;
+   */
+  includeValues: boolean;
+
+  /**
+   * Only these fields' vectors count (empty: every field).
+   *
+   * @generated from field: repeated string fields = 8;
+   */
+  fields: string[];
+};
+
+/**
+ * Describes the message ctxd.v1.SearchRequest.
+ * Use `create(SearchRequestSchema)` to create a new message.
+ */
+export const SearchRequestSchema: GenMessage<SearchRequest> = /*@__PURE__*/
+  messageDesc(file_ctxd_v1_memory, 10);
+
+/**
+ * SearchHit is one record found, with its score (higher is more similar:
+ * cosine similarity, inner product, or minus the euclidean distance).
+ *
+ * @generated from message ctxd.v1.SearchHit
+ */
+export type SearchHit = Message<"ctxd.v1.SearchHit"> & {
+  /**
+   * @generated from field: ctxd.v1.MemoryRecord record = 1;
+   */
+  record?: MemoryRecord | undefined;
+
+  /**
+   * @generated from field: double score = 2;
+   */
+  score: number;
+
+  /**
+   * The field whose vector scored best.
+   *
+   * @generated from field: string field = 3;
+   */
+  field: string;
+};
+
+/**
+ * Describes the message ctxd.v1.SearchHit.
+ * Use `create(SearchHitSchema)` to create a new message.
+ */
+export const SearchHitSchema: GenMessage<SearchHit> = /*@__PURE__*/
+  messageDesc(file_ctxd_v1_memory, 11);
+
+/**
+ * SearchResponse holds the hits, best first.
+ *
+ * @generated from message ctxd.v1.SearchResponse
+ */
+export type SearchResponse = Message<"ctxd.v1.SearchResponse"> & {
+  /**
+   * @generated from field: repeated ctxd.v1.SearchHit hits = 1;
+   */
+  hits: SearchHit[];
+};
+
+/**
+ * Describes the message ctxd.v1.SearchResponse.
+ * Use `create(SearchResponseSchema)` to create a new message.
+ */
+export const SearchResponseSchema: GenMessage<SearchResponse> = /*@__PURE__*/
+  messageDesc(file_ctxd_v1_memory, 12);
 
 /**
  * MemoryService is the agent's durable JSON key/value space: facts,
@@ -361,6 +529,20 @@ export const MemoryService: GenService<{
     methodKind: "unary";
     input: typeof ListRequestSchema;
     output: typeof ListResponseSchema;
+  },
+  /**
+   * Search ranks the live records under a prefix that carry vectors by
+   * similarity to a query (a vector, or a text the sidecar's embedder turns
+   * into one), best first, with an optional filter on the values. A vector
+   * of the wrong dimension is INVALID_ARGUMENT naming both; a text query
+   * without an embedder configured is FAILED_PRECONDITION.
+   *
+   * @generated from rpc ctxd.v1.MemoryService.Search
+   */
+  search: {
+    methodKind: "unary";
+    input: typeof SearchRequestSchema;
+    output: typeof SearchResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_ctxd_v1_memory, 0);
