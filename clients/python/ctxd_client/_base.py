@@ -411,4 +411,3 @@ class _Verbs(_HistoryVerbs, _UsageVerbs, _MemoryVerbs):
     def render_prompt(
         self, context_id: str, *, agent: str = "", timeout: float | None = None
     ) -> pb.RenderPromptResponse: ...
-
