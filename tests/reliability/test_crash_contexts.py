@@ -15,7 +15,7 @@ from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 from ctxd_sidecar.api.ctxd.v1 import context_pb2_grpc
 from tests.conftest import FAST_RECONNECT
 from tests.support.contexts import append, assistant, full, list_all, rpc_error, texts, user
-from tests.support.crashloop import crash_runs
+from tests.support.crashloop import crash_runs, kill_while_working
 
 KILLS = 20
 RETRYABLE = {
@@ -89,16 +89,15 @@ def test_kill_9_loses_no_acknowledged_turn(spawn_sidecar, store_uri_for, backend
     client = Appender(sc.address, seed)
     client.start()
     try:
-        for _ in range(kills):
-            # Let the client make progress on this incarnation, then kill it
-            # at a random moment of its work.
-            seen = len(client.acked)
-            deadline = time.monotonic() + 60
-            while len(client.acked) == seen and client.is_alive() and time.monotonic() < deadline:
-                time.sleep(0.01)
-            time.sleep(rng.uniform(0.0, 0.4))
-            sc.kill()  # SIGKILL
-            sc.start(timeout=60)
+        kill_while_working(
+            sc,
+            lambda: len(client.acked),
+            client.is_alive,
+            rng,
+            kills=kills,
+            budget=600,
+            max_pause=0.4,
+        )
         time.sleep(0.3)
     finally:
         client.stop.set()

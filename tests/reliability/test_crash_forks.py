@@ -17,7 +17,7 @@ from ctxd_sidecar.api.ctxd.v1 import context_pb2_grpc
 from tests.conftest import FAST_RECONNECT
 from tests.reliability.test_crash_contexts import RETRYABLE
 from tests.support.contexts import append, assistant, user
-from tests.support.crashloop import crash_runs
+from tests.support.crashloop import crash_runs, kill_while_working
 
 SOURCES = ("s0", "s1")
 TURNS = 20
@@ -95,14 +95,15 @@ def test_kill_9_during_a_burst_of_forks_loses_no_acknowledged_fork(
     client = Forker(sc.address, seed, versions)
     client.start()
     try:
-        for _ in range(kills):
-            seen = len(client.acked)
-            deadline = time.monotonic() + 60
-            while len(client.acked) == seen and client.is_alive() and time.monotonic() < deadline:
-                time.sleep(0.01)
-            time.sleep(rng.uniform(0.0, 0.3))
-            sc.kill()  # SIGKILL
-            sc.start(timeout=60)
+        kill_while_working(
+            sc,
+            lambda: len(client.acked),
+            client.is_alive,
+            rng,
+            kills=kills,
+            budget=600,
+            max_pause=0.3,
+        )
         time.sleep(0.3)
     finally:
         client.stop.set()
