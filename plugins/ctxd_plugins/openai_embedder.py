@@ -23,13 +23,12 @@ from urllib.parse import urlsplit
 
 from pydantic import Field
 
-from ctxd_plugins.openai_summariser import NO_KEY, resolve_api_key
+from ctxd_plugins.openai_summariser import NO_KEY, OpenAIEndpoint, resolve_api_key
 from ctxd_sidecar.plugin import (
     Config,
     ConfigTable,
     Positive,
     PositiveFloat,
-    Table,
     Unavailable,
     hookimpl,
 )
@@ -38,19 +37,9 @@ NAME = "openai"
 TABLE = "embedder.openai"
 
 
-class OpenAIEmbedderConfig(Table):
+class OpenAIEmbedderConfig(OpenAIEndpoint):
     """``[embedder.openai]``: where the OpenAI-compatible API is and how to call it."""
 
-    #: Base URL of the OpenAI-compatible API, e.g. "http://127.0.0.1:8000/v1".
-    base_url: str = ""
-    #: Embedding model name sent with each request.
-    model: str = ""
-    #: API key; used first when set (prefer the file or the environment). Never logged.
-    api_key: str = Field(default="", repr=False)
-    #: File holding the API key (read at start-up); used before the environment.
-    api_key_file: str = ""
-    #: Environment variable holding the API key when neither of the above is set.
-    api_key_env: str = "OPENAI_API_KEY"
     #: Dimensions asked of models that can shorten their vectors (0: the model's own).
     dimensions: Annotated[int, Field(ge=0, le=4096)] = 0
     #: Most texts per request (more are sent in several requests).

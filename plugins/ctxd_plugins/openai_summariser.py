@@ -59,8 +59,9 @@ _FORMATS = ("json_schema", "json_object", "none")
 TABLE = "summariser.openai"
 
 
-class OpenAIConfig(Table):
-    """``[summariser.openai]``: where the OpenAI-compatible API is and how to call it."""
+class OpenAIEndpoint(Table):
+    """Where an OpenAI-compatible API is and the key it takes (the summariser's
+    and the embedder's tables both start with these)."""
 
     #: Base URL of the OpenAI-compatible API, e.g. "http://127.0.0.1:8000/v1".
     base_url: str = ""
@@ -73,6 +74,11 @@ class OpenAIConfig(Table):
     #: Environment variable holding the API key when neither of the above is set
     #: (no key at all suits servers without authentication).
     api_key_env: str = "OPENAI_API_KEY"
+
+
+class OpenAIConfig(OpenAIEndpoint):
+    """``[summariser.openai]``: where the OpenAI-compatible API is and how to call it."""
+
     #: Seconds one request may take.
     timeout: PositiveFloat = 120.0
     #: Retries of a request after a timeout, connection error, 429 or 5xx.
