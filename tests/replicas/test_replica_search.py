@@ -37,6 +37,7 @@ def test_put_on_one_replica_is_found_by_search_on_another(spawn_sidecar, store_u
     refresh = ("--set", "memory.search_refresh=0.2")
     a, b = (spawn_sidecar("--store", uri, *refresh).running() for _ in range(2))
     put(a, "s/first", 1, 0, 0)  # fixes the dimension; b has not seen it
+    time.sleep(1.0)  # b hears of the record before anything asks it the dimension
     assert eventually(lambda: search_keys(b, [1, 0, 0], "s/") == ["s/first"])
     put(a, "s/second", 0, 1, 0)
     assert eventually(lambda: search_keys(b, [0, 1, 0], "s/")[:1] == ["s/second"])

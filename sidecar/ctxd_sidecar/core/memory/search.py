@@ -136,6 +136,8 @@ class StoreSearch:
 
     async def refresh(self, key: str) -> None:
         """Re-read one record after another replica changed it."""
+        if not self.dims:  # another replica's first vector fixed the dimension
+            await self.read_meta()
         item = await self.storage.get(self.prefix + key)
         rec = None if item is None else decode_record(item.value)
         if rec is None or rec.expired(self.now_ms()):
@@ -148,13 +150,16 @@ class StoreSearch:
         if not self.storage.shared:
             return []
         if Capability.CHANGE_FEED in self.storage.capabilities:
-            return [asyncio.create_task(self._follow_feed(), name="memory-search-feed")]
+            return [asyncio.create_task(self._follow_feed(scan), name="memory-search-feed")]
         if self.config.search_refresh > 0:
             task = self._rescan_forever(scan)
             return [asyncio.create_task(task, name="memory-search-scan")]
         return []
 
-    async def _follow_feed(self) -> None:
+    async def _follow_feed(self, scan: Callable[[], Awaitable[list]]) -> None:
+        """Refresh each record the feed names; rescan once the watch is on
+        (writes between the start-up scan and the watch) and whenever the
+        feed says it lost track."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[str] = asyncio.Queue()
         under = self.storage.namespace + self.prefix
@@ -164,12 +169,14 @@ class StoreSearch:
                 loop.call_soon_threadsafe(queue.put_nowait, "" if full is None else full)
 
         stop = self.storage.store.watch(under, changed)
+        queue.put_nowait("")
         try:
             while True:
                 full = await queue.get()
                 try:
                     if not full:
-                        continue  # the feed lost track: the next search re-reads anyway
+                        await self.rescan(scan)
+                        continue
                     await self.refresh(full[len(under) :])
                 except Exception:  # noqa: BLE001 - keep following
                     log.warning("memory search index not updated", exc_info=True)
