@@ -266,9 +266,9 @@ def _sentences(text: str) -> list[str]:
 
 
 def _trim(sentence: str) -> str:
-    """``sentence`` without leading filler ("OK so", "Remember:")."""
-    rest = _FILLER.sub("", sentence).strip()
-    return rest[:1].upper() + rest[1:] if rest else ""
+    """``sentence`` without leading filler ("OK so", "Remember:"), its words
+    as written (a command or name may start it: ``npm test`` stays so)."""
+    return _FILLER.sub("", sentence).strip()
 
 
 def _entry(text: str, limit: int = ENTRY_CHARS) -> str:
