@@ -405,8 +405,7 @@ export class CtxdClient extends HistoryVerbs {
 
   /** The provider's usage of a call: counts, or its ``usage`` object via ``usageCounts``. */
   recordUsage(contextId: string, usage: UsageCounts, call?: Call): Promise<pb.RecordUsageResponse> {
-    const req = usageRequest(contextId, usage);
-    return this.unary((o) => this.contexts.recordUsage(req, o), call, false);
+    return this.unary((o) => this.contexts.recordUsage(usageRequest(contextId, usage), o), call, false);
   }
 
   // A turn's usage, before its append; a context the turn creates has nothing to measure yet.
