@@ -79,6 +79,8 @@ def test_search_on_the_approximate_path_over_grpc(start_sidecar):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_approximate_recall_at_100k_384_dims():
+    # About two minutes on an idle 2-core machine, more beside other tests.
     data = clustered(100_000, 384)
     assert recall(index_of(data, threshold=20_000), data, queries=200) >= 0.95
