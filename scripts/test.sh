@@ -27,7 +27,10 @@ python3 -m venv .venv
 # processes, and with PYTHONDONTWRITEBYTECODE set (CI, containers) each would
 # compile every module again.
 .venv/bin/python -m compileall -q sidecar plugins tests bench clients/python/ctxd_client
-pytest_args=(-n "${CTXD_TEST_WORKERS:-4}" --dist loadgroup "${set_marker[@]}" "$@")
+# A worker that dies (out of memory, say) fails the run once: xdist would
+# otherwise start its test again on a fresh worker, and again.
+pytest_args=(-n "${CTXD_TEST_WORKERS:-4}" --dist loadgroup --max-worker-restart 1
+  "${set_marker[@]}" "$@")
 # Not a server setting: the sidecars the tests start would warn about it.
 unset CTXD_TEST_WORKERS
 if [ "${CTXD_COVERAGE:-0}" != "1" ]; then

@@ -436,6 +436,7 @@ def _check_archive(convo: Conversation, rec: pb.CompactionRecord) -> None:
         got.extend(page.messages)
         if not page.next_page_token:
             break
+        assert len(got) <= rec.folded, f"the archive pages past its {rec.folded} messages: {rec}"
         req.page_token = page.next_page_token
     assert len(rec.folded_sha256) == 64, rec
     assert len(got) == rec.folded and got[0].id == rec.first_message_id, rec

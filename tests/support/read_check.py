@@ -180,7 +180,12 @@ def join(fmt: int, held: list, page: list) -> list:
 def read_all(ctx, req: pb.GetContextRequest, first=None) -> Answer:
     """Every page of one read, joined."""
     pages = [first if first is not None else ctx.GetContext(req)]
+    seen: set[str] = set()
     while pages[-1].next_page_token:
+        # A token met twice would page forever (and fill memory): fail on it.
+        token = pages[-1].next_page_token
+        assert token not in seen, f"page {len(pages)} repeats a page token; request: {req}"
+        seen.add(token)
         nxt = pb.GetContextRequest()
         nxt.CopyFrom(req)
         nxt.ClearField("since_version")

@@ -10,6 +10,7 @@ the coverage test compares them with the protos and the SDK.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import typing
@@ -43,9 +44,19 @@ class _Unfit(Exception):
     pass
 
 
-def _plain(x):
+#: What one generated item may hold, in JSON values: hypothesis may build
+#: an SDK type's ``Iterable[int]`` field as a ``range`` of any length, and
+#: one such item expanded without a bound filled a test worker's memory.
+PLAIN_BUDGET = 5_000
+
+
+def _plain(x, budget: list[int] | None = None):
     """What hypothesis builds for a TypedDict, as plain JSON values (its
-    Iterable fields come as iterators and sets)."""
+    Iterable fields come as iterators and sets); _Unfit past PLAIN_BUDGET."""
+    budget = [PLAIN_BUDGET] if budget is None else budget
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise _Unfit
     if isinstance(x, str | bool | int) or x is None:
         return x
     if isinstance(x, float):
@@ -53,9 +64,9 @@ def _plain(x):
             raise _Unfit
         return x
     if isinstance(x, Mapping):
-        return {str(k): _plain(v) for k, v in x.items()}
+        return {str(k): _plain(v, budget) for k, v in x.items()}
     if isinstance(x, Iterable) and not isinstance(x, bytes | bytearray):
-        return [_plain(v) for v in x]
+        return [_plain(v, budget) for v in itertools.islice(x, budget[0] + 1)]
     raise _Unfit
 
 
