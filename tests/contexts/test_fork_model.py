@@ -258,6 +258,7 @@ def test_branches_match_their_model_long_on_lmdb(start_sidecar, store_uri_for):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # every step reads every branch from two replicas over S3
 def test_branches_match_their_model_on_s3_with_two_replicas(start_sidecar, store_uri_for):
     uri = store_uri_for("s3")
-    _run([start_sidecar(uri, **SETTINGS), start_sidecar(uri, **SETTINGS)], examples=25, steps=40)
+    _run([start_sidecar(uri, **SETTINGS), start_sidecar(uri, **SETTINGS)], examples=15, steps=40)
