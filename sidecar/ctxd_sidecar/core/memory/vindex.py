@@ -245,15 +245,28 @@ class VectorIndex:
         return None  # the prefix is too sparse in the graph: rank exactly
 
 
+#: The HNSW graph's shape. Measured on 100,000 clustered 384-dimension
+#: vectors (bench/ctxd_memory_search.py's): 16 links and a search width of
+#: 256 found 0.84 of the exact top 10 in 1.2 ms; 32 links and 512 find 0.98
+#: in 3.4 ms, for 12% more memory.
+CONNECTIVITY, EXPANSION_ADD, EXPANSION_SEARCH = 32, 128, 512
+
+
 def build_ann(metric: str, dims: int, rows: list, mat):
     """usearch's HNSW graph over the live ``rows`` of ``mat`` (keys: row numbers)."""
     from usearch.index import Index
 
     kind = {"cosine": "ip", "dot": "ip", "l2": "l2sq"}[metric]
-    ann = Index(ndim=dims, metric=kind, dtype="f32", connectivity=16, expansion_add=128)
+    ann = Index(
+        ndim=dims,
+        metric=kind,
+        dtype="f32",
+        connectivity=CONNECTIVITY,
+        expansion_add=EXPANSION_ADD,
+    )
     live = np.array([i for i, r in enumerate(rows) if r is not None], dtype=np.uint64)
     if len(live):
         ann.add(live, mat[live.astype(np.int64)])
-    ann.expansion_search = 256
+    ann.expansion_search = EXPANSION_SEARCH
     log.info("memory search index built", extra={"rows": len(live)})
     return ann
