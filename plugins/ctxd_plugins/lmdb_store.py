@@ -98,6 +98,16 @@ def _free_bytes(path: str) -> int | None:
     return fs.f_bavail * fs.f_frsize
 
 
+def _check_room(path: str) -> None:
+    """LMDB maps the lock file it creates into memory: on a disk without
+    room for it the process would die of SIGBUS instead of saying why. An
+    environment that exists opens as before (reads work on a full disk)."""
+    new = not all(os.path.exists(os.path.join(path, f)) for f in ("data.mdb", "lock.mdb"))
+    free = _free_bytes(path) if new else None
+    if free is not None and free < MIN_FREE_BYTES:
+        raise StoreFull(f"the disk holding the LMDB environment is full ({free // 1024} KiB free)")
+
+
 class LmdbStore(AsyncStore):
     name = "lmdb"
     capabilities = frozenset({Capability.LIST, Capability.DELETE, Capability.CONDITIONAL_PUT})
@@ -110,15 +120,7 @@ class LmdbStore(AsyncStore):
         os.makedirs(path, exist_ok=True)
         self.path = path
         self.map_size = map_size
-        # LMDB maps the lock file it creates into memory: on a disk without
-        # room for it the process would die of SIGBUS instead of saying why.
-        # An environment that exists opens as before (reads work on a full disk).
-        new = not all(os.path.exists(os.path.join(path, f)) for f in ("data.mdb", "lock.mdb"))
-        free = _free_bytes(path) if new else None
-        if free is not None and free < MIN_FREE_BYTES:
-            raise StoreFull(
-                f"the disk holding the LMDB environment is full ({free // 1024} KiB free)"
-            )
+        _check_room(path)
         self._lock = _exclusive(path)
         try:
             self.env = lmdb.open(
@@ -170,6 +172,11 @@ class LmdbStore(AsyncStore):
         with self._write_txn() as txn:
             return _put(txn, key.encode(), bytes(value), if_version, if_absent)
 
+    def put_many(self, puts) -> list[str]:
+        """Commit several unconditional puts in one transaction on the calling thread."""
+        with self._write_txn() as txn:
+            return [_put(txn, key.encode(), bytes(value), None, False) for key, value in puts]
+
     def delete(self, key, *, if_version=None) -> None:
         """Commit one delete on the calling thread."""
         with self._write_txn() as txn:
@@ -193,6 +200,13 @@ class LmdbStore(AsyncStore):
             with self.inline.timed():
                 return self.put(key, value, if_version=if_version, if_absent=if_absent)
         return await self.queue_put(key, value, if_version=if_version, if_absent=if_absent)
+
+    async def aput_many(self, puts) -> list[str]:
+        if self.inline.now():
+            with self.inline.timed():
+                return self.put_many(puts)
+        # Queued together, they mostly share the writer's next group commit.
+        return list(await asyncio.gather(*(self.queue_put(k, v) for k, v in puts)))
 
     async def adelete(self, key, *, if_version=None) -> None:
         if self.inline.now():

@@ -735,3 +735,25 @@ def test_lmdb_writer_drops_writes_cancelled_on_the_loop(tmp_path):
         assert store.get("after").value == b"ok"
     finally:
         store.close()
+
+
+# -- writes awaited together ----------------------------------------------------------
+async def test_put_many_writes_every_key_on_every_store(store_uri, storage_for):
+    storage = storage_for(open_store(store_uri))
+    await storage.put("memory/b", b"old")
+    await storage.put_many({"memory/a": b"1", "memory/b": b"2", "memory/c": b"3"})
+    got = [await storage.get(f"memory/{k}") for k in "abc"]
+    assert [i.value for i in got] == [b"1", b"2", b"3"]
+
+
+@pytest.mark.parametrize("idle", [True, False], ids=["inline", "queued"])
+async def test_lmdb_commits_a_group_of_puts_at_once_when_idle(tmp_path, storage_for, idle):
+    store = LmdbStore(str(tmp_path))
+    storage = storage_for(store, idle=lambda: idle)
+    before = store.inline.commits
+    await storage.put_many({f"memory/{i}": str(i).encode() for i in range(5)})
+    # Inline: one transaction for the five (not five); queued: the writer's.
+    assert store.inline.commits - before == (1 if idle else 0)
+    assert [(await storage.get(f"memory/{i}")).value for i in range(5)] == [
+        str(i).encode() for i in range(5)
+    ]

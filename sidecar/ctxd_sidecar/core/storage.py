@@ -88,7 +88,8 @@ class Storage:
             # Whether nothing but the caller waits for the event loop (the
             # server's admission gate answers): the store may then commit inline.
             store.bind(idle)
-            self._awaited = {store.put: store.aput, store.delete: store.adelete}
+            names = ("put", "delete", "put_many")
+            self._awaited = {getattr(store, n): getattr(store, "a" + n) for n in names}
 
     @property
     def backend(self) -> str:
@@ -189,6 +190,13 @@ class Storage:
         return await self._call(
             self.store.put, full, value, if_version=if_version, if_absent=if_absent
         )
+
+    async def put_many(self, puts: dict[str, bytes]) -> None:
+        """Unconditional writes awaited together: one commit where the store groups them."""
+        if len(puts) < 2 or not self._awaited or not self.can_cas:
+            await asyncio.gather(*(self.put(k, v) for k, v in puts.items()))
+        else:
+            await self._call(self.store.put_many, [(self.full_key(k), v) for k, v in puts.items()])
 
     async def make_room(self, key: str, size: int) -> None:
         """Write ``size`` bytes at ``key``, then delete them. Room for that

@@ -23,6 +23,7 @@ themselves share :func:`check_precondition` and :func:`content_version`.
 from __future__ import annotations
 
 import abc
+import asyncio
 import enum
 import hashlib
 from collections.abc import Callable
@@ -205,6 +206,17 @@ class AsyncStore(Store):
     async def adelete(self, key: str, *, if_version: str | None = None) -> None:
         """:meth:`Store.delete`, awaited on the sidecar's event loop (stores
         without DELETE raise :class:`NotImplementedError`)."""
+
+    def put_many(self, puts: list[tuple[str, bytes]]) -> list[str]:
+        """Unconditional puts written together, their versions in order. A
+        store whose writes group (one transaction) overrides it to commit
+        them at once; by default each is a :meth:`Store.put`."""
+        return [self.put(key, value) for key, value in puts]
+
+    async def aput_many(self, puts: list[tuple[str, bytes]]) -> list[str]:
+        """:meth:`put_many`, awaited on the sidecar's event loop; by
+        default the puts are awaited together."""
+        return list(await asyncio.gather(*(self.aput(key, value) for key, value in puts)))
 
 
 # -- conveniences for plugin authors ------------------------------------------------------

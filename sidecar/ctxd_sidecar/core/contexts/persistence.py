@@ -350,7 +350,7 @@ class ContextStore:
             if kept.hist:
                 puts[hist_key(st.id, st.gen, version)] = head
             # All before the head naming them, at once (one commit where writes group).
-            await asyncio.gather(*(self.storage.put(k, v) for k, v in puts.items()))
+            await self.storage.put_many(puts)
             # (no head yet: a fork's first, in place of a deleted incarnation's or new)
             prev = st.head_etag or st.replaces_head
             etag = await self.storage.put(
