@@ -54,6 +54,22 @@ class AsyncWriteTests(StoreFixtures):
         assert store.get("a/0").value == b"v0"
         assert store.get("a/3") is None
 
+    @pytest.mark.parametrize("idle", [False, True], ids=["busy", "idle"])
+    def test_writes_together_behave_like_puts(self, store: Store, idle: bool) -> None:
+        """``put_many``/``aput_many``: every value written (one over an older
+        one too), their versions in order, as ``get`` reports them."""
+        if not isinstance(store, AsyncStore):
+            pytest.skip("not an AsyncStore: the sidecar puts each key on its own")
+        store.bind(lambda: idle)
+        store.put("m/1", b"old")
+        items = [(f"m/{i}", f"v{i}".encode()) for i in range(5)]
+        versions = asyncio.run(store.aput_many(items))
+        versions += store.put_many([("m/5", b"v5"), ("m/0", b"again")])
+        got = [store.get(f"m/{i}") for i in (0, 1, 2, 3, 4, 5)]
+        assert [g.value for g in got] == [b"again", b"v1", b"v2", b"v3", b"v4", b"v5"]
+        assert [g.version for g in got[1:]] == versions[1:6]
+        assert got[0].version == versions[6]
+
 
 class LifecycleTests(StoreFixtures):
     def test_flush_and_close_are_safe_to_call(self, make_store: Callable[[], Store]) -> None:
