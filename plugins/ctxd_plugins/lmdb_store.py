@@ -172,10 +172,10 @@ class LmdbStore(AsyncStore):
         with self._write_txn() as txn:
             return _put(txn, key.encode(), bytes(value), if_version, if_absent)
 
-    def put_many(self, puts) -> list[str]:
-        """Commit several unconditional puts in one transaction on the calling thread."""
+    def put_many(self, writes) -> list[str]:
+        """Commit a group of puts in one transaction on the calling thread, all or none."""
         with self._write_txn() as txn:
-            return [_put(txn, key.encode(), bytes(value), None, False) for key, value in puts]
+            return _put_group(txn, writes)
 
     def delete(self, key, *, if_version=None) -> None:
         """Commit one delete on the calling thread."""
@@ -201,12 +201,12 @@ class LmdbStore(AsyncStore):
                 return self.put(key, value, if_version=if_version, if_absent=if_absent)
         return await self.queue_put(key, value, if_version=if_version, if_absent=if_absent)
 
-    async def aput_many(self, puts) -> list[str]:
+    async def aput_many(self, writes) -> list[str]:
         if self.inline.now():
             with self.inline.timed():
-                return self.put_many(puts)
-        # Queued together, they mostly share the writer's next group commit.
-        return list(await asyncio.gather(*(self.queue_put(k, v) for k, v in puts)))
+                return self.put_many(writes)
+        # One queued write: the group shares the writer's next commit, all or none.
+        return await self._submit(_put_group, list(writes))
 
     async def adelete(self, key, *, if_version=None) -> None:
         if self.inline.now():
@@ -422,6 +422,23 @@ def _put(txn, key: bytes, value: bytes, if_version: str | None, if_absent: bool)
         # waits to get it back.
         raise PreconditionFailed("key already exists")
     return content_version(value)
+
+
+def _put_group(txn, writes) -> list[str]:
+    """Every precondition checked (in order, each seeing the group's earlier
+    puts) before anything is written: a refused group writes nothing."""
+    pending: dict[bytes, bytes] = {}
+    versions = []
+    for w in writes:
+        key, value = w.key.encode(), bytes(w.value)
+        if w.if_version is not None or w.if_absent:
+            current = pending[key] if key in pending else txn.get(key)
+            check_precondition(_item(current), w.if_version, w.if_absent)
+        pending[key] = value
+        versions.append(content_version(value))
+    for key, value in pending.items():
+        txn.put(key, value)
+    return versions
 
 
 def _delete(txn, key: bytes, if_version: str | None) -> None:

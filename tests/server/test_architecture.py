@@ -171,10 +171,10 @@ OVERSIZED = {
     "sidecar/ctxd_sidecar/core/contexts/persistence.py:ContextStore": 276,
     "sidecar/ctxd_sidecar/core/contexts/persistence.py:ContextStore.checkpoint": 72,
     # -- issue 37, problem 3: LMDB's scheduling is in the LMDB plugin (an
-    #    AsyncStore beside Store); left: the in-process compare-and-set and
-    #    tombstones for stores without CONDITIONAL_PUT / DELETE, to a module
-    #    (put_many, a checkpoint's writes in one commit, took 8 lines more).
-    "sidecar/ctxd_sidecar/core/storage.py:Storage": 221,
+    #    AsyncStore beside Store) and the in-process compare-and-set in
+    #    core/localcas.py; left: tombstones for stores without DELETE, to a
+    #    module of their own.
+    "sidecar/ctxd_sidecar/core/storage.py:Storage": 212,
     # -- issue 37, problem 5 (the gate): second responsibilities found by this
     #    check, each to be cut on its own.
     # Counters and cap reservations apart from the records' read/write/sweep.

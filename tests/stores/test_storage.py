@@ -32,6 +32,7 @@ from ctxd_sidecar.plugin.store import (
     StoreError,
     StoreFull,
     StoreUnavailable,
+    Write,
 )
 from tests.conftest import free_port, s3_uri
 
@@ -744,6 +745,45 @@ async def test_put_many_writes_every_key_on_every_store(store_uri, storage_for):
     await storage.put_many({"memory/a": b"1", "memory/b": b"2", "memory/c": b"3"})
     got = [await storage.get(f"memory/{k}") for k in "abc"]
     assert [i.value for i in got] == [b"1", b"2", b"3"]
+
+
+async def test_put_many_then_writes_a_head_after_the_puts_on_every_store(store_uri, storage_for):
+    storage = storage_for(open_store(store_uri))
+    first = await storage.put("memory/head", b"h1")
+    then = Write("memory/head", b"h2", if_version=first)
+    version = await storage.put_many({"memory/a": b"1"}, then=then)
+    assert await storage.get("memory/head") == Item(b"h2", version)
+    assert (await storage.get("memory/a")).value == b"1"
+    with pytest.raises(Conflict):
+        await storage.put_many({"memory/b": b"2"}, then=then)  # the head moved on
+    assert await storage.get("memory/head") == Item(b"h2", version)
+    await storage.delete("memory/gone")
+    created = await storage.put_many({}, then=Write("memory/gone", b"n", if_absent=True))
+    assert await storage.get("memory/gone") == Item(b"n", created)
+    with pytest.raises(Conflict):
+        await storage.put_many({"memory/c": b"3"}, then=Write("memory/gone", b"x", if_absent=True))
+    assert (await storage.get("memory/gone")).value == b"n"
+
+
+@pytest.mark.parametrize("idle", [True, False], ids=["inline", "queued"])
+async def test_lmdb_writes_a_refused_group_not_at_all(tmp_path, storage_for, idle):
+    store = LmdbStore(str(tmp_path))
+    storage = storage_for(store, idle=lambda: idle)
+    head = await storage.put("memory/head", b"h1")
+    before = store.inline.commits
+    version = await storage.put_many(
+        {"memory/seg": b"s1", "memory/copy": b"c1"},
+        then=Write("memory/head", b"h2", if_version=head),
+    )
+    # The segments and the head naming them: one transaction when idle.
+    assert store.inline.commits - before == (1 if idle else 0)
+    assert await storage.get("memory/head") == Item(b"h2", version)
+    with pytest.raises(Conflict):
+        await storage.put_many(
+            {"memory/seg2": b"s2"}, then=Write("memory/head", b"h3", if_version=head)
+        )
+    assert await storage.get("memory/seg2") is None
+    assert (await storage.get("memory/head")).value == b"h2"
 
 
 @pytest.mark.parametrize("idle", [True, False], ids=["inline", "queued"])

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from ctxd_sidecar.core.errors import Conflict, InvalidArgument, LimitExceeded, Unavailable
+from ctxd_sidecar.core.localcas import CHANGED, LocalCas
 from ctxd_sidecar.core.observe import NullObserver, StoreObserver
 from ctxd_sidecar.plugin.store import (
     AsyncStore,
@@ -37,15 +38,13 @@ from ctxd_sidecar.plugin.store import (
     StoreError,
     StoreFull,
     StoreUnavailable,
-    check_precondition,
+    Write,
 )
 
 T = TypeVar("T")
 
 #: Written in place of a value on stores without DELETE; never a valid record.
 TOMBSTONE = b"\x00ctxd:tombstone"
-
-_CHANGED = "the record changed since it was read; re-read and retry"
 
 
 def _never() -> bool:
@@ -81,7 +80,8 @@ class Storage:
         #: Reads are cheap enough to run on the event loop, one after another.
         self.inline_reads = CallStyle.INLINE_READS in style
         self._pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="store")
-        self._locks = [asyncio.Lock() for _ in range(64)]
+        #: Preconditions checked here for a store without CONDITIONAL_PUT.
+        self._local = LocalCas(self._get_full)
         #: Writes the store schedules itself (an AsyncStore), awaited on the loop.
         self._awaited: dict[Callable, Callable] = {}
         if isinstance(store, AsyncStore):
@@ -125,7 +125,7 @@ class Storage:
                 return await awaited(*args, **kwargs)
             return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
         except PreconditionFailed:
-            raise Conflict(_CHANGED) from None
+            raise Conflict(CHANGED) from None
         except StoreFull as exc:
             error = "full"
             self.full = True
@@ -176,9 +176,7 @@ class Storage:
         """Write; with a precondition this raises :class:`Conflict` on a lost race."""
         full = self.full_key(key)
         if not self.can_cas:
-            async with self._stripe(full):
-                if if_version is not None or if_absent:
-                    await self._check_locally(full, if_version, if_absent)
+            async with self._local.checked(full, if_version, if_absent):
                 return await self._call(self.store.put, full, value)
         if if_absent and not self.can_delete:
             # A tombstone counts as absent: compare against it instead.
@@ -191,12 +189,22 @@ class Storage:
             self.store.put, full, value, if_version=if_version, if_absent=if_absent
         )
 
-    async def put_many(self, puts: dict[str, bytes]) -> None:
-        """Unconditional writes awaited together: one commit where the store groups them."""
-        if len(puts) < 2 or not self._awaited or not self.can_cas:
+    async def put_many(self, puts: dict[str, bytes], then: Write | None = None) -> str | None:
+        """Unconditional writes, then ``then`` (a head naming them, with its
+        precondition): one commit, all or none, where the store groups
+        writes; otherwise the puts together, ``then`` after them. Returns
+        ``then``'s version (raises :class:`Conflict` when it is refused)."""
+        writes = [Write(k, v) for k, v in puts.items()] + ([then] if then else [])
+        # (a tombstone counts as absent: only put() compares against one)
+        tombstoned = then is not None and then.if_absent and not self.can_delete
+        if len(writes) < 2 or not self._awaited or not self.can_cas or tombstoned:
             await asyncio.gather(*(self.put(k, v) for k, v in puts.items()))
-        else:
-            await self._call(self.store.put_many, [(self.full_key(k), v) for k, v in puts.items()])
+            return then and await self.put(
+                then.key, then.value, if_version=then.if_version, if_absent=then.if_absent
+            )
+        full = [Write(self.full_key(w.key), w.value, w.if_version, w.if_absent) for w in writes]
+        versions = await self._call(self.store.put_many, full)
+        return versions[-1] if then else None
 
     async def make_room(self, key: str, size: int) -> None:
         """Write ``size`` bytes at ``key``, then delete them. Room for that
@@ -209,9 +217,7 @@ class Storage:
     async def delete(self, key: str, *, if_version: str | None = None) -> None:
         full = self.full_key(key)
         if not self.can_cas:
-            async with self._stripe(full):
-                if if_version is not None:
-                    await self._check_locally(full, if_version, False)
+            async with self._local.checked(full, if_version, False):
                 await self._remove(full, None)
             return
         await self._remove(full, if_version)
@@ -221,22 +227,6 @@ class Storage:
             await self._call(self.store.delete, full, if_version=if_version)
         else:
             await self._call(self.store.put, full, TOMBSTONE, if_version=if_version)
-
-    # -- compare-and-set for stores without CONDITIONAL_PUT --------------------------
-    # Such a store is safe for one sidecar only: preconditions are checked and
-    # applied under an in-process lock, which other processes cannot see.
-    def _stripe(self, full: str) -> asyncio.Lock:
-        return self._locks[hash(full) % len(self._locks)]
-
-    async def _check_locally(self, full: str, if_version: str | None, if_absent: bool) -> None:
-        current = await self._call(self.store.get, full)
-        if current is not None and self._tombstone(current.value):
-            current = None
-        try:
-            check_precondition(current, if_version, if_absent)
-        except PreconditionFailed:
-            exists = if_absent and current is not None
-            raise Conflict("the record already exists" if exists else _CHANGED) from None
 
     async def list(
         self, prefix: str, *, start_after: str = "", limit: int | None = None

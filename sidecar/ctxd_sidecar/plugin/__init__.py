@@ -70,6 +70,7 @@ from ctxd_sidecar.plugin.store import (
     StoreError,
     StoreFull,
     StoreUnavailable,
+    Write,
     check_precondition,
     content_version,
 )
@@ -103,6 +104,7 @@ __all__ = [
     "Table",
     "ToolCallView",
     "Unavailable",
+    "Write",
     "check_precondition",
     "clean_item",
     "clip",

@@ -23,12 +23,11 @@ themselves share :func:`check_precondition` and :func:`content_version`.
 from __future__ import annotations
 
 import abc
-import asyncio
 import enum
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 
 class Capability(enum.StrEnum):
@@ -83,6 +82,16 @@ class Item:
 
     value: bytes
     version: str
+
+
+class Write(NamedTuple):
+    """One put of a group written with :meth:`AsyncStore.put_many`, with
+    :meth:`Store.put`'s preconditions."""
+
+    key: str
+    value: bytes
+    if_version: str | None = None
+    if_absent: bool = False
 
 
 class StoreError(Exception):
@@ -207,16 +216,24 @@ class AsyncStore(Store):
         """:meth:`Store.delete`, awaited on the sidecar's event loop (stores
         without DELETE raise :class:`NotImplementedError`)."""
 
-    def put_many(self, puts: list[tuple[str, bytes]]) -> list[str]:
-        """Unconditional puts written together, their versions in order. A
-        store whose writes group (one transaction) overrides it to commit
-        them at once; by default each is a :meth:`Store.put`."""
-        return [self.put(key, value) for key, value in puts]
+    def put_many(self, writes: list[Write]) -> list[str]:
+        """Puts applied in order (a checkpoint's segments, then the head
+        naming them, its precondition last), their versions in order. A
+        failed precondition raises :class:`PreconditionFailed`. A store
+        whose writes group overrides it to commit them in one transaction,
+        all or none; by default each is a :meth:`Store.put` in turn, so the
+        puts before a refused one stay."""
+        return [
+            self.put(w.key, w.value, if_version=w.if_version, if_absent=w.if_absent) for w in writes
+        ]
 
-    async def aput_many(self, puts: list[tuple[str, bytes]]) -> list[str]:
+    async def aput_many(self, writes: list[Write]) -> list[str]:
         """:meth:`put_many`, awaited on the sidecar's event loop; by
-        default the puts are awaited together."""
-        return list(await asyncio.gather(*(self.aput(key, value) for key, value in puts)))
+        default each :meth:`aput` is awaited in turn."""
+        return [
+            await self.aput(w.key, w.value, if_version=w.if_version, if_absent=w.if_absent)
+            for w in writes
+        ]
 
 
 # -- conveniences for plugin authors ------------------------------------------------------

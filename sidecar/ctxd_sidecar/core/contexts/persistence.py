@@ -38,7 +38,7 @@ from ctxd_sidecar.core.contexts.segments import (
 from ctxd_sidecar.core.errors import Conflict, NotFound, Unavailable
 from ctxd_sidecar.core.jsonvalue import encode_compact
 from ctxd_sidecar.core.storage import Storage
-from ctxd_sidecar.plugin.store import Item
+from ctxd_sidecar.plugin.store import Item, Write
 
 log = logging.getLogger(__name__)
 
@@ -349,12 +349,11 @@ class ContextStore:
                 puts[seg_key(st.id, st.gen, archived_now)] = body
             if kept.hist:
                 puts[hist_key(st.id, st.gen, version)] = head
-            # All before the head naming them, at once (one commit where writes group).
-            await self.storage.put_many(puts)
             # (no head yet: a fork's first, in place of a deleted incarnation's or new)
             prev = st.head_etag or st.replaces_head
-            etag = await self.storage.put(
-                head_key(st.id), head, if_version=prev, if_absent=not prev
+            # All before the head naming them; one commit where writes group.
+            etag = await self.storage.put_many(
+                puts, then=Write(head_key(st.id), head, if_version=prev, if_absent=not prev)
             )
         except BaseException:
             st.dirty = True

@@ -10,7 +10,14 @@ from collections.abc import Callable
 
 import pytest
 
-from ctxd_sidecar.plugin.store import AsyncStore, Capability, Item, PreconditionFailed, Store
+from ctxd_sidecar.plugin.store import (
+    AsyncStore,
+    Capability,
+    Item,
+    PreconditionFailed,
+    Store,
+    Write,
+)
 from ctxd_sidecar.testing.store_conformance.base import StoreFixtures, declares, put_many
 
 
@@ -62,13 +69,48 @@ class AsyncWriteTests(StoreFixtures):
             pytest.skip("not an AsyncStore: the sidecar puts each key on its own")
         store.bind(lambda: idle)
         store.put("m/1", b"old")
-        items = [(f"m/{i}", f"v{i}".encode()) for i in range(5)]
+        items = [Write(f"m/{i}", f"v{i}".encode()) for i in range(5)]
         versions = asyncio.run(store.aput_many(items))
-        versions += store.put_many([("m/5", b"v5"), ("m/0", b"again")])
+        versions += store.put_many([Write("m/5", b"v5"), Write("m/0", b"again")])
         got = [store.get(f"m/{i}") for i in (0, 1, 2, 3, 4, 5)]
         assert [g.value for g in got] == [b"again", b"v1", b"v2", b"v3", b"v4", b"v5"]
         assert [g.version for g in got[1:]] == versions[1:6]
         assert got[0].version == versions[6]
+
+    @pytest.mark.parametrize("idle", [False, True], ids=["busy", "idle"])
+    def test_a_group_ends_with_its_precondition(self, store: Store, idle: bool) -> None:
+        """A group's last put carries a precondition (a head naming the rest):
+        applied with the group when it holds; refused with
+        :class:`PreconditionFailed` otherwise, the head untouched and the
+        rest written in order or not at all. Preconditions see the group's
+        earlier puts."""
+        if not isinstance(store, AsyncStore):
+            pytest.skip("not an AsyncStore: the sidecar puts each key on its own")
+        store.bind(lambda: idle)
+        head = store.put("g/head", b"h1")
+
+        async def group(*writes: Write) -> list[str] | BaseException:
+            try:
+                return await store.aput_many(list(writes))
+            except PreconditionFailed as exc:
+                return exc
+
+        ok = asyncio.run(group(Write("g/a", b"a1"), Write("g/head", b"h2", if_version=head)))
+        assert store.get("g/head") == Item(b"h2", ok[1]) and store.get("g/a").value == b"a1"
+        stale = asyncio.run(group(Write("g/b", b"b1"), Write("g/head", b"h3", if_version=head)))
+        assert isinstance(stale, PreconditionFailed)
+        assert store.get("g/head").value == b"h2"
+        assert value(store, "g/b") in (None, b"b1")
+        fresh = asyncio.run(group(Write("g/c", b"c1"), Write("g/new", b"n", if_absent=True)))
+        assert store.get("g/new") == Item(b"n", fresh[1])
+        seen = asyncio.run(group(Write("g/d", b"d1"), Write("g/d", b"d2", if_absent=True)))
+        assert isinstance(seen, PreconditionFailed)
+        assert value(store, "g/d") in (None, b"d1")
+
+
+def value(store: Store, key: str) -> bytes | None:
+    item = store.get(key)
+    return None if item is None else item.value
 
 
 class LifecycleTests(StoreFixtures):
