@@ -10,7 +10,9 @@
 * no hand-written module is over 500 lines (generated code aside), in the
   server, the built-ins and both clients;
 * no class is over 200 lines and no function over 60 in the Python ones,
-  but for the offenders listed with the cut that will end each.
+  but for the offenders listed with the cut that will end each;
+* the composition root wires by constructors: it sets no attribute of an
+  object it built.
 """
 
 from __future__ import annotations
@@ -276,6 +278,38 @@ def test_the_domain_reads_no_other_objects_private_parts():
     }
     assert found - PRIVATE_READS == set(), "reach it through a method of its owner"
     assert PRIVATE_READS - found == set(), "gone: take it off PRIVATE_READS"
+
+
+#: The modules that build the domain and the server from the configuration.
+COMPOSITION = ["server/composition.py", "server/app.py", "cli.py"]
+
+
+def attributes_set_on_others(tree: ast.AST) -> Iterator[str]:
+    """``x.attr = ...`` (augmented and annotated too) where ``x`` is not ``self``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        else:
+            continue
+        for target in targets:
+            for part in ast.walk(target):
+                if isinstance(part, ast.Attribute) and isinstance(part.ctx, ast.Store):
+                    if not (isinstance(part.value, ast.Name) and part.value.id == "self"):
+                        yield f"line {node.lineno}: {ast.unparse(part)}"
+
+
+def test_the_composition_root_wires_by_constructors():
+    """A collaborator passed after construction (``storage.idle = ...``) lets
+    the wiring steer a domain object from outside: the constructor says
+    what an object needs, or nothing does."""
+    found = {
+        f"{name} {where}"
+        for name in COMPOSITION
+        for where in attributes_set_on_others(ast.parse((SOURCES[0] / name).read_text()))
+    }
+    assert found == set(), "pass it to the constructor"
 
 
 def test_the_checks_see_the_tree():
