@@ -191,6 +191,31 @@ TARGETS: tuple[Target, ...] = (
         15.0,
         "ms",
     ),
+    *(
+        Target(
+            f"target.slice_read.floor.{store}.h10000",
+            f"full slice read of 10,000 msgs ({label}) / the same replies from an echo server "
+            "<= 1.5x",
+            "floor_ratio",
+            f"ctxd.get_context.slice.{store}.h10000",
+            "<=",
+            1.5,
+            "x",
+        )
+        for store, label in (("lmdb", "LMDB"), ("s3", "S3"))
+    ),
+    *(
+        Target(
+            f"target.first_read.{store}.h10000",
+            f"the first full slice read after a restore / a warm one, 10,000 msgs ({label}) <= 3x",
+            "floor_ratio",
+            f"ctxd.get_context.first_slice.{store}.h10000",
+            "<=",
+            3.0,
+            "x",
+        )
+        for store, label in (("lmdb", "LMDB"), ("s3", "S3"))
+    ),
     Target(
         "target.restore.lmdb.h10000",
         "restore of a 10,000-msg context in a fresh process (LMDB) <= 30 ms",

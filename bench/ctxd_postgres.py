@@ -24,6 +24,7 @@ machine's packages by ``tests.support.pg_server``, fsync on) serves:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import queue
 import secrets
 import threading
@@ -146,7 +147,8 @@ def _turns(ctx: Context, uri: str, conn, stmts) -> Iterator[Result]:
             )  # fmt: skip
             for mark in marks:
                 for kind in ("append", "turn_one_call"):
-                    yield results[mark][kind]
+                    # This group's rows (``--merge --only contexts`` keeps them).
+                    yield dataclasses.replace(results[mark][kind], group=GROUP)
             yield from _memory(ctx, channel)
         finally:
             channel.close()
@@ -192,7 +194,7 @@ def _s3_turns(ctx: Context) -> Iterator[Result]:
                 for _ in range(20):
                     b.turn("s3-warmup", [b.user, b.assistant])
                 results, _ = b.measure_marks((10,), n)
-                yield results[10]["turn_one_call"]
+                yield dataclasses.replace(results[10]["turn_one_call"], group=GROUP)
             finally:
                 channel.close()
 

@@ -56,7 +56,12 @@ def seed_report(report: Report, earlier: dict[str, Any], groups: list[str]) -> N
             continue
         report.add(Result(**{k: v for k, v in row.items() if k in _RESULT_FIELDS}))
     for key in ("failures", "skipped"):
-        kept = [e for e in earlier.get(key, []) if _suite_group(e.get("suite", "")) not in rerun]
+        # The cross-group step ("compare") runs again over the merged rows.
+        kept = [
+            e
+            for e in earlier.get(key, [])
+            if _suite_group(e.get("suite", "")) not in rerun and e.get("suite") != "compare"
+        ]
         getattr(report, key).extend(kept)
     meta = dict(earlier.get("meta", {}))
     meta.pop("env", None)
