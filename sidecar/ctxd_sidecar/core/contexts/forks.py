@@ -124,8 +124,9 @@ class Forks:
         st.reshaped_at = v + 1
 
     async def _write(self, st: ContextState) -> None:
-        """References first (a purge of an ancestor then keeps its segments),
-        then the fork's one checkpoint, its head written if absent."""
+        """The references and the fork's one checkpoint, its head written
+        if absent and last (a purge of an ancestor then keeps its segments);
+        one commit where the store groups writes."""
         svc = self.contexts
         fid = f"{st.id}~{st.gen}"
         refs = {f"{FORKS}/{st.id}/{st.gen}": json.dumps(st.lineage).encode()}
@@ -134,7 +135,7 @@ class Forks:
             if not svc.storage.can_list:
                 refs[f"{FORKED}/{aid}/{agen}"] = b"1"
         try:
-            # The references land with the fork's head copy, before its head.
+            # The references go with the fork's head copy, ahead of its head.
             await svc.create(st, whole=True, before=refs)
         except Conflict:
             existing = await svc.read(st.id, latest=True)

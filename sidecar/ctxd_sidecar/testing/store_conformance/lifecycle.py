@@ -100,15 +100,15 @@ class AsyncWriteTests(StoreFixtures):
         stale = asyncio.run(group(Write("g/b", b"b1"), Write("g/head", b"h3", if_version=head)))
         assert isinstance(stale, PreconditionFailed)
         assert store.get("g/head").value == b"h2"
-        assert value(store, "g/b") in (None, b"b1")
+        assert _value(store, "g/b") in (None, b"b1")
         fresh = asyncio.run(group(Write("g/c", b"c1"), Write("g/new", b"n", if_absent=True)))
         assert store.get("g/new") == Item(b"n", fresh[1])
         seen = asyncio.run(group(Write("g/d", b"d1"), Write("g/d", b"d2", if_absent=True)))
         assert isinstance(seen, PreconditionFailed)
-        assert value(store, "g/d") in (None, b"d1")
+        assert _value(store, "g/d") in (None, b"d1")
 
 
-def value(store: Store, key: str) -> bytes | None:
+def _value(store: Store, key: str) -> bytes | None:
     item = store.get(key)
     return None if item is None else item.value
 
