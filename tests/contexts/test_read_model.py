@@ -9,7 +9,8 @@ function_calls, images, hosted-tool items as notes) and a writer's own
 native payloads; parallel, late and abandoned tool calls with ids reused,
 foreign or unique; Compact, automatic compaction (a small window),
 PlanCompaction/ApplyCompaction, TruncateContext, plan changes, delete and
-re-create; turns that read in the same call (AppendTurn.read).
+re-create; turns that read in the same call (AppendTurn.read); restores
+from the store (segments and the reply bytes they keep, then the log).
 
 Reads: readers whose options are drawn from READ_OPTIONS
 (tests/support/read_check.py), one value per GetContextRequest field.
@@ -60,6 +61,7 @@ COUNT: dict[str, int] = {
     "compactions": 0,
     "restarted_reads": 0,
     "past": 0,
+    "restores": 0,
 }
 OTHER = other_items()
 
@@ -132,6 +134,7 @@ actions = st.one_of(
     st.tuples(st.just("truncate"), st.integers(1, 3)),
     st.tuples(st.just("plan"), st.booleans()),
     st.tuples(st.just("delete")),
+    st.tuples(st.just("restore")),
 )
 
 
@@ -139,6 +142,10 @@ async def _settle(auto) -> None:
     """Until no automatic compaction runs (they run in the background)."""
     while tasks := [t for t in auto._tasks if not t.done()]:
         await asyncio.wait(tasks)
+
+
+async def _invalidate(contexts, cid: str) -> None:
+    contexts.invalidate(cid)
 
 
 class Conversation:
@@ -276,6 +283,13 @@ class Conversation:
             self.ctx.UpdatePlan(pb.UpdatePlanRequest(context_id=self.cid, **op))
         except grpc.RpcError as exc:
             assert exc.code() == grpc.StatusCode.NOT_FOUND, exc
+
+    def do_restore(self) -> None:
+        """The next read restores the conversation from the store, as a fresh
+        replica would: sealed segments (with the reply bytes they keep) and
+        the log after them."""
+        COUNT["restores"] += 1
+        self.sc.call(_invalidate(self.sc.sidecar.domain.contexts, self.cid))
 
     def do_delete(self) -> None:
         self.ctx.DeleteContext(pb.DeleteContextRequest(context_id=self.cid))

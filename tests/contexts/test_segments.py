@@ -1,9 +1,13 @@
 """Sealed segments: the columns-and-blob format round-trips every message
-field, and segments stored in the first (JSON document) format still restore."""
+field and keeps a framing's parts of each message's reply bytes, and
+segments stored in the earlier formats (a JSON document; columns without
+the framing) still restore."""
 
 from __future__ import annotations
 
 import json
+import sys
+from array import array
 
 import pytest
 
@@ -23,6 +27,8 @@ from ctxd_sidecar.core.contexts.model import (
 from ctxd_sidecar.core.contexts.persistence import ContextStore, Damaged, seg_key
 from ctxd_sidecar.core.contexts.segments import (
     MAGIC,
+    MAGIC_2,
+    SegmentCodec,
     SegmentDamaged,
     decode_segment,
     encode_segment,
@@ -58,6 +64,48 @@ def format_1(cid: str, gen: str, msgs: list[Msg]) -> bytes:
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+def format_2(cid: str, gen: str, msgs: list[Msg]) -> bytes:
+    """A segment as the second format wrote it: five columns, then the texts."""
+    extra = {str(i): x for i, m in enumerate(msgs) if (x := _rare(m))}
+    header = {"id": cid, "gen": gen, "n": len(msgs), "x": extra}
+    numbers = array("q", [m.seq for m in msgs] + [m.ts for m in msgs] + [m.ver for m in msgs])
+    numbers.extend([len(m.text) for m in msgs] + [len(m.content) for m in msgs])
+    if sys.byteorder != "little":
+        numbers.byteswap()
+    codes = "".join(
+        {SYSTEM: "s", USER: "u", ASSISTANT: "a", TOOL: "t", NOTE: "n"}[m.kind] for m in msgs
+    )
+    texts = "".join(m.text + m.content for m in msgs)
+    body = json.dumps(header, separators=(",", ":"), ensure_ascii=False)
+    return b"".join(
+        [MAGIC_2, body.encode(), b"\n", codes.encode(), numbers.tobytes(), texts.encode()]
+    )
+
+
+def _rare(m: Msg) -> dict:
+    d = m.to_dict()
+    return {
+        k: d[k] for k in ("principal", "calls", "call_id", "name", "json", "error", "nat") if k in d
+    }
+
+
+class Reprs:
+    """A framing for the tests: a message's "reply bytes" are its repr around
+    its texts; messages with an odd seq keep nothing."""
+
+    def __init__(self, stamp: str = "reprs/1") -> None:
+        self.stamp = stamp
+
+    def split(self, m: Msg) -> tuple[bytes, bytes] | None:
+        if m.seq % 2:
+            return None
+        return f"<{m.kind} {m.seq}>".encode(), f"</{m.seq}>".encode()
+
+    def whole(self, m: Msg) -> bytes:
+        head, tail = self.split(m)
+        return head + (m.text + m.content).encode() + tail
+
+
 def test_every_field_round_trips() -> None:
     msgs = sample_messages()
     raw = encode_segment("c", "g", msgs)
@@ -71,8 +119,57 @@ def test_the_first_format_is_still_read() -> None:
     assert [fields(m) for m in back] == [fields(m) for m in msgs]
 
 
+def test_the_second_format_is_still_read() -> None:
+    msgs = sample_messages()
+    raw = format_2("c", "g", msgs)
+    back = SegmentCodec(Reprs()).parse(raw).build()
+    assert [fields(m) for m in back] == [fields(m) for m in msgs]
+    assert all(m.wire is None for m in back)
+
+
+def test_a_framing_keeps_each_messages_reply_bytes() -> None:
+    msgs, framing = sample_messages(), Reprs()
+    raw = SegmentCodec(framing).encode("c", "g", msgs)
+    back = SegmentCodec(framing).parse(raw).build()
+    assert [fields(m) for m in back] == [fields(m) for m in msgs]
+    kept = [m for m in back if m.wire is not None]
+    assert [m.seq for m in kept] == [m.seq for m in msgs if m.seq % 2 == 0]
+    assert [bytes(m.wire) for m in kept] == [framing.whole(m) for m in kept]
+    # Sizes come from the columns where a message has no rare fields.
+    assert [m.nbytes for m in back if m.nbytes >= 0] == [
+        m.size_bytes for m, b in zip(msgs, back, strict=True) if b.nbytes >= 0
+    ]
+    assert [m.nbytes >= 0 for m in back] == [not _rare(m) for m in msgs]
+    # A cut run keeps its messages' parts.
+    tail = SegmentCodec(framing).parse(raw).since(msgs[4].seq).build()
+    assert [bytes(m.wire) for m in tail if m.wire] == [
+        framing.whole(m) for m in tail if m.seq % 2 == 0
+    ]
+
+
+@pytest.mark.parametrize("reader", [None, Reprs("reprs/2")])
+def test_parts_framed_otherwise_are_not_used(reader) -> None:
+    msgs = sample_messages()
+    raw = SegmentCodec(Reprs()).encode("c", "g", msgs)
+    back = SegmentCodec(reader).parse(raw).build()
+    assert [fields(m) for m in back] == [fields(m) for m in msgs]
+    assert all(m.wire is None for m in back)
+
+
 def test_an_empty_segment_round_trips() -> None:
     assert decode_segment(encode_segment("c", "g", [])) == []
+
+
+def _negative_head(raw: bytes) -> bytes:
+    """The first message's tail length made -5 and the next head 10 longer:
+    every text stays where it was, so only the sign gives it away."""
+    at = raw.index(b"\n", len(MAGIC)) + 1 + 10  # after the header and the ten kind letters
+    numbers = array("q")
+    numbers.frombytes(raw[at : at + 8 * 8 * 10])
+    assert numbers[7 * 10] == len(b"</10>")
+    numbers[7 * 10] = -5
+    numbers[6 * 10 + 1] += 10
+    return raw[:at] + numbers.tobytes() + raw[at + 8 * 8 * 10 :]
 
 
 @pytest.mark.parametrize(
@@ -86,10 +183,13 @@ def test_an_empty_segment_round_trips() -> None:
         lambda raw: MAGIC + b"[]\n",  # not a header
         lambda raw: raw.replace(b'"c2","a",""', b'"c2","a"', 1),  # a tool call cut short
         lambda raw: b"{not json",
+        lambda raw: raw.replace(b"<system 10>", b"<system 10", 1),  # a head shorter than its length
+        lambda raw: raw.replace(b"\xf0\x9f\xa4\x96", b"\xf0\x9f\xa4\x00", 1),  # not UTF-8
+        _negative_head,
     ],
 )
 def test_damaged_bytes_are_refused(damage) -> None:
-    raw = encode_segment("c", "g", sample_messages())
+    raw = encode_segment("c", "g", sample_messages(), Reprs())
     with pytest.raises(SegmentDamaged):
         decode_segment(damage(raw))
 

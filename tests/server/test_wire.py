@@ -1,8 +1,10 @@
 """GetContext replies assembled from cached message bytes parse to exactly
-what building them object by object gives."""
+what building them object by object gives, whether a read encoded them or a
+restore found them in the sealed segments."""
 
 from __future__ import annotations
 
+from ctxd_plugins.memory_store import MemoryStore
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 from ctxd_sidecar.core.compaction.summary import Summary
 from ctxd_sidecar.core.contexts import views
@@ -14,14 +16,19 @@ from ctxd_sidecar.core.contexts.model import (
     USER,
     ContextState,
     Msg,
+    Native,
     ToolCall,
 )
+from ctxd_sidecar.core.contexts.persistence import ContextStore
+from ctxd_sidecar.core.contexts.segments import SegmentCodec
+from ctxd_sidecar.core.storage import Storage
 from ctxd_sidecar.server import wire
 from ctxd_sidecar.server.context_convert import (
     context_meta_pb,
     fill_context_pb,
     fill_slice_pb,
     info_to_pb,
+    msg_to_pb,
     slice_blocks_pb,
 )
 
@@ -68,3 +75,59 @@ def test_slice_and_full_replies_parse_alike():
     # A second read reuses each message's bytes.
     assert all(m.wire is not None for m in st.messages)
     assert wire.full_reply(head, context_meta_pb(st), page.messages) == fast
+
+
+async def restored(framing: wire.ReplyFraming) -> tuple[list[Msg], ContextState]:
+    """The messages of :func:`state` plus one with a large native payload,
+    sealed with ``framing`` and restored in a fresh store object."""
+    storage = Storage(MemoryStore())
+    store = ContextStore(storage, idem_cap=16, framing=framing)
+    st = ContextState(id="w", kind="conversation", gen="g")
+    await store.create_head(st)
+    big = Msg(ASSISTANT, text="see", native=Native("responses", b'{"pad": "' + b"x" * 4000 + b'"}'))
+    msgs = [m.assigned(m.seq, m.ts, m.ver) for m in state().messages]
+    msgs.append(big.assigned(len(msgs) + 1, 2000, 5))
+    for m in msgs:
+        st.add_message(m)
+    st.version = 5
+    await store.checkpoint(st)
+    back = await ContextStore(storage, idem_cap=16, framing=wire.ReplyFraming()).restore("w")
+    return msgs, back
+
+
+def encoded(m: Msg) -> bytes:
+    body = msg_to_pb(m).SerializeToString()
+    return wire._varint(len(body)) + body
+
+
+async def test_a_restored_context_replies_with_the_bytes_its_segments_kept():
+    msgs, back = await restored(wire.ReplyFraming())
+    got = back.messages
+    # Every message kept its bytes but the one whose native payload is large.
+    assert [m.wire is not None for m in got] == [True] * (len(msgs) - 1) + [False]
+    assert [bytes(m.wire) for m in got[:-1]] == [encoded(m) for m in msgs[:-1]]
+    page = views.read(back, views.SLICE)
+    head = pb.GetContextResponse(info=info_to_pb(back.info()))
+    built = pb.GetContextResponse()
+    built.CopyFrom(head)
+    fill_slice_pb(built.slice, back, page)
+    assert pb.GetContextResponse.FromString(wire.slice_reply(head, [], page.messages)) == built
+    # Sealed again (an archive rewrites a segment), restored messages split alike.
+    again = SegmentCodec(wire.ReplyFraming()).encode("w", "g", got)
+    assert [bytes(m.wire) for m in SegmentCodec(wire.ReplyFraming()).parse(again).build()[:-1]] == [
+        encoded(m) for m in msgs[:-1]
+    ]
+
+
+async def test_bytes_kept_under_another_schema_are_encoded_again():
+    class Older(wire.ReplyFraming):
+        VERSION = 0
+
+    msgs, back = await restored(Older())
+    assert all(m.wire is None for m in back.messages)
+    page = views.read(back, views.SLICE)
+    head = pb.GetContextResponse(info=info_to_pb(back.info()))
+    built = pb.GetContextResponse()
+    built.CopyFrom(head)
+    fill_slice_pb(built.slice, back, page)
+    assert pb.GetContextResponse.FromString(wire.slice_reply(head, [], page.messages)) == built

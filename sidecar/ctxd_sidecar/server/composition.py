@@ -37,7 +37,7 @@ from ctxd_sidecar.core.skills import SkillCatalogue
 from ctxd_sidecar.core.storage import Storage
 from ctxd_sidecar.plugin.manager import PluginHooks, embedder, open_store, summarisers
 from ctxd_sidecar.plugin.store import Store, StoreError
-from ctxd_sidecar.server import metrics, tracing
+from ctxd_sidecar.server import metrics, tracing, wire
 from ctxd_sidecar.server.contexts import ContextServicer
 from ctxd_sidecar.server.memory import MemoryServicer
 
@@ -126,6 +126,7 @@ async def build(
         storage,
         archive_ttl=config.compaction.archive_ttl,
         observer=observer,
+        framing=wire.ReplyFraming(),
     )
     catalogue = SkillCatalogue(config.skills)
     prompts = PromptAssembler(config.prompt, catalogue)

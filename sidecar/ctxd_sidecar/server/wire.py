@@ -5,11 +5,14 @@ read keeps its ``ctxd.v1.Message`` bytes on the domain object) and a page is
 assembled by concatenating those bytes under the reply's field tags, instead
 of building one protobuf object per message on every read. The bytes parse
 to exactly the message the object-by-object path builds (a test checks it),
-so clients see no difference.
+so clients see no difference. Sealed segments keep those bytes too
+(:class:`ReplyFraming`), so a restored context's first read does not
+encode every message again.
 """
 
 from __future__ import annotations
 
+import hashlib
 from operator import attrgetter
 
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
@@ -39,8 +42,9 @@ def _field(number: int, body: bytes) -> bytes:
     return _varint(number << 3 | 2) + _varint(len(body)) + body
 
 
-def framed(m: Msg) -> bytes:
-    """The message's encoding with its length prefix (cached on the message)."""
+def framed(m: Msg) -> bytes | memoryview:
+    """The message's encoding with its length prefix (cached on the message;
+    a view of its segment where a restore found it there)."""
     wire = m.wire
     if wire is None:
         body = msg_to_pb(m).SerializeToString()
@@ -48,10 +52,38 @@ def framed(m: Msg) -> bytes:
     return wire
 
 
-def _wires(messages: list[Msg]) -> list[bytes]:
+class ReplyFraming:
+    """What a sealed segment keeps of each message's reply bytes
+    (:class:`ctxd_sidecar.core.contexts.segments.Framing`): the bytes
+    around its text, so the text is stored once."""
+
+    #: Raise when :func:`~ctxd_sidecar.server.context_convert.fill_msg_pb`
+    #: writes a message differently: parts kept under another stamp go unused.
+    VERSION = 1
+    #: Heads and tails longer than this together are not kept (a large
+    #: native payload or tool call would be stored twice).
+    MAX_PARTS = 512
+
+    def __init__(self) -> None:
+        schema = hashlib.sha256(pb.DESCRIPTOR.serialized_pb).hexdigest()[:16]
+        self.stamp = f"{self.VERSION}.{schema}"
+
+    def split(self, m: Msg) -> tuple[bytes, bytes] | None:
+        if m.text and m.content:
+            return None
+        whole = bytes(framed(m))  # a restored message's are a view of its segment
+        texts = (m.text or m.content).encode()
+        # Any place the texts stand in the bytes splits them correctly.
+        at = whole.rfind(texts) if texts else len(whole)
+        if at < 0 or len(whole) - len(texts) > self.MAX_PARTS:
+            return None
+        return whole[:at], whole[at + len(texts) :]
+
+
+def _wires(messages: list[Msg]) -> list[bytes | memoryview]:
     """Each message's framed encoding; encoded now if a message has none yet."""
     wires = list(map(_WIRE, messages))
-    if None in wires:
+    if not all(wires):  # one is None (an encoding is never empty)
         wires = [framed(m) for m in messages]
     return wires
 

@@ -99,9 +99,10 @@ class Msg:
     ver: int = 0
     #: The writer's own form of the message, when it sent one.
     native: Native | None = None
-    #: Its encoded form in replies, kept by the first read that encodes it
-    #: (messages never change once appended; see ctxd_sidecar.server.wire).
-    wire: bytes | None = field(default=None, repr=False, compare=False)
+    #: Its encoded form in replies, kept by the first read that encodes it or
+    #: found in its sealed segment (messages never change once appended; see
+    #: ctxd_sidecar.server.wire).
+    wire: bytes | memoryview | None = field(default=None, repr=False, compare=False)
     #: ``size_bytes``, computed once.
     nbytes: int = field(default=-1, repr=False, compare=False)
 

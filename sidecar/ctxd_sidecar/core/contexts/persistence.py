@@ -30,10 +30,10 @@ from ctxd_sidecar.core.contexts.ops import SEALED, DamagedRecord, apply_record, 
 from ctxd_sidecar.core.contexts.retention import retain
 from ctxd_sidecar.core.contexts.segments import (
     BuiltRun,
+    Framing,
     SealedRun,
+    SegmentCodec,
     SegmentDamaged,
-    encode_segment,
-    parse_segment,
 )
 from ctxd_sidecar.core.errors import Conflict, NotFound, Unavailable
 from ctxd_sidecar.core.jsonvalue import encode_compact
@@ -129,10 +129,11 @@ class ContextStore:
         idem_cap: int,
         archive_ttl_ms: int = 0,
         history_ttl_ms: int = 0,
+        framing: Framing | None = None,
     ) -> None:
         self.storage = storage
-        #: How sealed segments are written (both formats are always read).
         self.idem_cap = idem_cap
+        self.segments = SegmentCodec(framing)
         #: How long folded messages stay stored (0: deleted with their segment).
         self.archive_ttl_ms = archive_ttl_ms
         #: How long earlier versions stay readable (0: only the latest).
@@ -292,7 +293,7 @@ class ContextStore:
             # are never deleted while a head names them: a newer head exists.
             raise HeadMoved()
         try:
-            run = parse_segment(raw)
+            run = self.segments.parse(raw)
         except SegmentDamaged:
             raise Damaged(f"segment {seg.first} of context {st.id} cannot be read") from None
         seqs = run.seqs
@@ -343,9 +344,9 @@ class ContextStore:
         puts = dict(before or {})
         try:
             if segment is not None:
-                puts[seg_key(st.id, st.gen, segment)] = encode_segment(st.id, st.gen, pending)
+                puts[seg_key(st.id, st.gen, segment)] = self.segments.encode(st.id, st.gen, pending)
             if archived_now is not None:
-                body = encode_segment(st.id, st.gen, unarchived)
+                body = self.segments.encode(st.id, st.gen, unarchived)
                 puts[seg_key(st.id, st.gen, archived_now)] = body
             if kept.hist:
                 puts[hist_key(st.id, st.gen, version)] = head

@@ -44,6 +44,7 @@ from ctxd_sidecar.core.contexts.persistence import (
     not_found,
 )
 from ctxd_sidecar.core.contexts.registry import Entry, Registry
+from ctxd_sidecar.core.contexts.segments import Framing
 from ctxd_sidecar.core.contexts.transaction import COMMIT_ATTEMPTS, Missing, Transaction
 from ctxd_sidecar.core.contexts.trash import Trash
 from ctxd_sidecar.core.errors import Conflict, CtxdError, InvalidArgument
@@ -71,6 +72,7 @@ class ContextService:
         clock: Callable[[], int] = wall_clock_ms,
         archive_ttl: float = 0.0,
         observer: ContextsObserver | None = None,
+        framing: Framing | None = None,
     ) -> None:
         self.config, self.storage = config, storage
         #: Other sidecars may write the same store.
@@ -84,6 +86,7 @@ class ContextService:
             idem_cap=config.idempotency_keys,
             archive_ttl_ms=int(archive_ttl * 1000),
             history_ttl_ms=int(config.history_ttl * 1000),
+            framing=framing,
         )
         self._index = KeyIndex(storage, HEADS)
         self.janitor = Janitor(batch=8 if self.store.remote else 1)
