@@ -39,9 +39,9 @@ Rows (p50/p99 in µs):
   ``ctxd.get_context.slice_max_page.<store>.h10000`` the same with the
   largest page size (fewer, ~3 MiB pages: what per-page costs add);
 * ``floor.grpc.pages.<store>.h10000``: the floor of that read: the same
-  number of replies of the same sizes from ``bench.echo_server`` (a server
-  that does no work), timed interleaved with it; the slice row's ratio is
-  to this one;
+  replies, byte for byte, from ``bench.echo_server`` (a server that does no
+  work), each parsed as the client parses ctxd's, timed interleaved with
+  it; the slice row's ratio is to this one;
 * ``ctxd.restore.<store>.h10000``: a fresh sidecar's first GetContext(INFO) of
   that conversation, i.e. the restore from the store (head + sealed
   segments + log tail), one fresh process per sample;
@@ -259,24 +259,31 @@ def _write_floor(ctx: Context) -> Iterator[Callable[[bytes], object]]:
 
 
 class BlobReader:
-    """Replies of given sizes from ``bench.echo_server``'s Blob method: the
-    transport floor of a paged read (one call per page, no work on the server)."""
+    """A paged read's replies from ``bench.echo_server``: the transport floor
+    of that read (one call per page, no work on the server), each reply
+    parsed as the client parses ctxd's."""
 
     def __init__(self, port: str) -> None:
         import grpc
 
-        from bench.echo_server import BLOB_METHOD, MAX_BLOB
+        from bench.echo_server import BLOB_METHOD, KEEP_METHOD, MAX_BLOB
 
-        self.channel = grpc.insecure_channel(
-            f"127.0.0.1:{int(port)}", options=[("grpc.max_receive_message_length", MAX_BLOB)]
-        )
+        limit = ("grpc.max_receive_message_length", MAX_BLOB)
+        send = ("grpc.max_send_message_length", MAX_BLOB)
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{int(port)}", options=[limit, send])
         grpc.channel_ready_future(self.channel).result(timeout=20)
         self.call = self.channel.unary_unary(BLOB_METHOD, _registered_method=True)
+        self.keep = self.channel.unary_unary(KEEP_METHOD, _registered_method=True)
+        self.kept: list[bytes] = []
 
-    def read(self, sizes: list[int]) -> None:
-        for size in sizes:
-            if len(self.call(str(size).encode(), timeout=CALL_TIMEOUT_S)) != size:
-                raise RuntimeError("echo server returned a different size")
+    def hold(self, replies: list[bytes]) -> None:
+        """Have the echo server hold these replies (the same bytes ctxd sent)."""
+        self.kept = [b"#" + self.keep(r, timeout=CALL_TIMEOUT_S) for r in replies]
+
+    def read(self, parse: Callable[[bytes], object]) -> None:
+        """Every held reply, in order, each parsed with ``parse``."""
+        for key in self.kept:
+            parse(self.call(key, timeout=CALL_TIMEOUT_S))
 
     def close(self) -> None:
         self.channel.close()
@@ -411,10 +418,11 @@ def _suite(ctx: Context, label: str, store: str, common: dict) -> Iterator[Resul
                                 npages[size] = len(pages)
                                 if sum(len(p.slice) for p in pages) < biggest:
                                     raise RuntimeError("slice is short")
-                                if size == 0:
+                                if size == 0 and not k:
                                     page_sizes = [p.ByteSize() for p in pages]
+                                    blobs.hold([p.SerializeToString() for p in pages])
                             t0 = time.perf_counter_ns()
-                            blobs.read(page_sizes)
+                            blobs.read(pb.GetContextResponse.FromString)
                             if k:
                                 floor_ns.append(time.perf_counter_ns() - t0)
                 finally:
@@ -425,7 +433,8 @@ def _suite(ctx: Context, label: str, store: str, common: dict) -> Iterator[Resul
         name=floor_name,
         group=GROUP,
         extra={
-            "what": "the slice read's replies (same count and sizes) from bench.echo_server",
+            "what": "the slice read's replies (the same bytes) from bench.echo_server, "
+            "parsed as the client parses ctxd's",
             "pages": len(page_sizes),
             "bytes": sum(page_sizes),
         },

@@ -6,9 +6,11 @@ serializers, no proto) echoed back. With ``--lmdb PATH`` it also answers
 ``Put``: the request bytes written by one fsync'd LMDB put, inline on the
 event loop (the cheapest way a gRPC server can make a write durable), then
 echoed: the write floor measured whole rather than as echo plus a put timed
-on its own. Run as ``python -m bench.echo_server``;
-it prints the bound port as its first stdout line and serves until SIGTERM,
-SIGINT or (with ``--watch-stdin``) EOF on stdin.
+on its own. ``Keep`` holds a reply's bytes that ``Blob`` then returns as
+they are (``#<index>``): the floor of replies the client parses. Run as
+``python -m bench.echo_server``; it prints the bound port as its first
+stdout line and serves until SIGTERM, SIGINT or (with ``--watch-stdin``)
+EOF on stdin.
 """
 
 from __future__ import annotations
@@ -26,9 +28,12 @@ METHOD = f"/{SERVICE}/Echo"
 #: Replies with as many bytes as the request names (ASCII decimal), built once
 #: per size: the floor of a read that moves megabytes.
 BLOB_METHOD = f"/{SERVICE}/Blob"
+#: Holds the request's bytes for ``Blob`` to return (answers the index, ASCII).
+KEEP_METHOD = f"/{SERVICE}/Keep"
 #: Largest Blob reply (the client must raise its receive limit to match).
 MAX_BLOB = 64 * 1024 * 1024
 _blobs: dict[int, bytes] = {}
+_kept: list[bytes] = []
 #: One fsync'd LMDB put of the request, then the echo (with ``--lmdb``).
 PUT_METHOD = f"/{SERVICE}/Put"
 
@@ -37,7 +42,14 @@ async def _echo(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
     return request
 
 
+async def _keep(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+    _kept.append(request)
+    return str(len(_kept) - 1).encode()
+
+
 async def _blob(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+    if request.startswith(b"#"):
+        return _kept[int(request[1:])]
     size = min(int(request or b"0"), MAX_BLOB)
     blob = _blobs.get(size)
     if blob is None:
@@ -67,6 +79,7 @@ def add_echo_service(server: grpc.aio.Server, lmdb_path: str | None = None) -> N
     handlers = {
         "Echo": grpc.unary_unary_rpc_method_handler(_echo),
         "Blob": grpc.unary_unary_rpc_method_handler(_blob),
+        "Keep": grpc.unary_unary_rpc_method_handler(_keep),
     }
     if lmdb_path:
         handlers["Put"] = grpc.unary_unary_rpc_method_handler(_put_handler(lmdb_path))
@@ -95,7 +108,12 @@ async def serve(host: str, port: int, watch_stdin: bool, lmdb_path: str | None =
 
         threading.Thread(target=wait_eof, name="stdin-watch", daemon=True).start()
 
-    server = grpc.aio.server(options=[("grpc.max_send_message_length", MAX_BLOB)])
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_send_message_length", MAX_BLOB),
+            ("grpc.max_receive_message_length", MAX_BLOB),
+        ]
+    )
     add_echo_service(server, lmdb_path)
     bound = server.add_insecure_port(f"{host}:{port}")
     if not bound:
