@@ -15,15 +15,19 @@ naming the server and status.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from collections.abc import Sequence
 from typing import Annotated, Any
-from urllib.parse import urlsplit
 
 from pydantic import Field
 
-from ctxd_plugins.openai_summariser import NO_KEY, OpenAIEndpoint, resolve_api_key
+from ctxd_plugins.openai_summariser import (
+    NO_KEY,
+    OpenAIEndpoint,
+    configured_table,
+    display_url,
+    resolve_api_key,
+)
 from ctxd_sidecar.plugin import (
     Config,
     ConfigTable,
@@ -49,10 +53,6 @@ class OpenAIEmbedderConfig(OpenAIEndpoint):
     #: Retries of a request after a timeout, connection error, 429 or 5xx.
     max_retries: Annotated[int, Field(ge=0)] = 2
 
-    @property
-    def configured(self) -> bool:
-        return bool(self.base_url and self.model)
-
 
 class OpenAIEmbedder:
     name = NAME
@@ -61,10 +61,8 @@ class OpenAIEmbedder:
         self.cfg = cfg
         self._api_key = api_key or NO_KEY
         self._client: Any = None
-        parts = urlsplit(cfg.base_url)
-        port = f":{parts.port}" if parts.port else ""
-        #: Where requests go, for messages (no credentials, no query).
-        self.where = f"{parts.scheme}://{parts.hostname or ''}{port}{parts.path}"
+        #: Where requests go, for messages.
+        self.where = display_url(cfg.base_url)
 
     def __repr__(self) -> str:
         return f"OpenAIEmbedder(base_url={self.where!r}, model={self.cfg.model!r})"
@@ -128,11 +126,5 @@ def ctxd_check_config(config: Config) -> None:
 
 @hookimpl
 def ctxd_embedders(config: Config) -> list[OpenAIEmbedder]:
-    cfg = config.table(TABLE, OpenAIEmbedderConfig)
-    if not cfg.configured:
-        return []
-    if importlib.util.find_spec("openai") is None:
-        raise ValueError(
-            f"{TABLE} needs the openai package: pip install '.[openai]' from a ctxd clone"
-        )
-    return [OpenAIEmbedder(cfg, resolve_api_key(cfg, os.environ))]  # type: ignore[arg-type]
+    cfg = configured_table(config, TABLE, OpenAIEmbedderConfig)
+    return [] if cfg is None else [OpenAIEmbedder(cfg, resolve_api_key(cfg, os.environ))]

@@ -27,7 +27,7 @@ import json
 import logging
 import os
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 from pydantic import Field, model_validator
@@ -75,6 +75,13 @@ class OpenAIEndpoint(Table):
     #: (no key at all suits servers without authentication).
     api_key_env: str = "OPENAI_API_KEY"
 
+    @property
+    def configured(self) -> bool:
+        return bool(self.base_url and self.model)
+
+
+E = TypeVar("E", bound=OpenAIEndpoint)
+
 
 class OpenAIConfig(OpenAIEndpoint):
     """``[summariser.openai]``: where the OpenAI-compatible API is and how to call it."""
@@ -97,10 +104,6 @@ class OpenAIConfig(OpenAIEndpoint):
         if self.max_output_tokens >= self.window:
             raise ValueError(f"{TABLE}.max_output_tokens must be below {TABLE}.window")
         return self
-
-    @property
-    def configured(self) -> bool:
-        return bool(self.base_url and self.model)
 
 
 class OpenAISummariser:
@@ -132,10 +135,8 @@ class OpenAISummariser:
         self._token_param = "max_tokens"
         self._send_temperature = True
         self._client: Any = None
-        parts = urlsplit(base_url)
-        port = f":{parts.port}" if parts.port else ""
-        #: Where requests go, for messages (no credentials, no query).
-        self.where = f"{parts.scheme}://{parts.hostname or ''}{port}{parts.path}"
+        #: Where requests go, for messages.
+        self.where = display_url(base_url)
 
     def __repr__(self) -> str:
         return f"OpenAISummariser(base_url={self.where!r}, model={self.model!r})"
@@ -273,7 +274,27 @@ class OpenAISummariser:
             self._client = None
 
 
-def resolve_api_key(cfg: OpenAIConfig, env: Mapping[str, str]) -> str:
+def display_url(base_url: str) -> str:
+    """``base_url`` without credentials or query, for messages."""
+    parts = urlsplit(base_url)
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{parts.hostname or ''}{port}{parts.path}"
+
+
+def configured_table(config: Config, table: str, cls: type[E]) -> E | None:
+    """``config``'s table ``table`` when it names an endpoint, else None;
+    ValueError when the openai package it then needs is missing."""
+    cfg = config.table(table, cls)
+    if not cfg.configured:
+        return None
+    if importlib.util.find_spec("openai") is None:
+        raise ValueError(
+            f"{table} needs the openai package: pip install '.[openai]' from a ctxd clone"
+        )
+    return cfg
+
+
+def resolve_api_key(cfg: OpenAIEndpoint, env: Mapping[str, str]) -> str:
     """The configured key: inline, else file, else environment; ``""`` if none."""
     if cfg.api_key:
         return cfg.api_key
@@ -301,11 +322,5 @@ def ctxd_check_config(config: Config) -> None:
 
 @hookimpl
 def ctxd_summarisers(config: Config) -> list[OpenAISummariser]:
-    cfg = config.table(TABLE, OpenAIConfig)
-    if not cfg.configured:
-        return []
-    if importlib.util.find_spec("openai") is None:
-        raise ValueError(
-            f"{TABLE} needs the openai package: pip install '.[openai]' from a ctxd clone"
-        )
-    return [OpenAISummariser.from_config(cfg)]
+    cfg = configured_table(config, TABLE, OpenAIConfig)
+    return [] if cfg is None else [OpenAISummariser.from_config(cfg)]

@@ -32,6 +32,14 @@ def _common(p: argparse.ArgumentParser, *, json_flag: bool = True) -> None:
     add_connection_flags(p)
 
 
+def _verb(sub, name: str, help: str, *positionals: str) -> None:
+    """A verb taking ``positionals`` (plain names) and the common flags."""
+    p = sub.add_parser(name, help=help)
+    for positional in positionals:
+        p.add_argument(positional)
+    _common(p)
+
+
 def register(sub) -> None:
     """Add the admin verbs to ``ctxd``'s subparsers."""
     h = sub.add_parser("health", help="exit 0 when the sidecar is SERVING, 1 otherwise")
@@ -39,9 +47,7 @@ def register(sub) -> None:
     _common(h)
     _register_contexts(sub)
     _register_memory(sub)
-    w = sub.add_parser("watch", help="print a context's events until Ctrl-C")
-    w.add_argument("context")
-    _common(w)
+    _verb(sub, "watch", "print a context's events until Ctrl-C", "context")
 
 
 def _register_contexts(sub) -> None:
@@ -65,37 +71,27 @@ def _register_contexts(sub) -> None:
     ex.add_argument("ids", nargs="+", metavar="ID")
     ex.add_argument("-o", "--output", help="file to write (default stdout)")
     _common(ex, json_flag=False)
-    im = cs.add_parser("import", help="recreate exported contexts ('-' reads stdin)")
-    im.add_argument("file")
-    _common(im)
+    _verb(cs, "import", "recreate exported contexts ('-' reads stdin)", "file")
     cp = cs.add_parser("compact", help="compact now with the sidecar's summariser")
     cp.add_argument("id")
     cp.add_argument("--keep-last", type=int, default=0, help="messages kept verbatim")
     cp.add_argument("--summariser", default="", help="summariser plugin (default configured)")
     _common(cp)
-    co = cs.add_parser("compactions", help="compaction records: tokens, fidelity, dropped")
-    co.add_argument("id")
-    _common(co)
-    de = cs.add_parser("delete", help="delete a conversation and everything stored for it")
-    de.add_argument("id")
-    _common(de)
+    _verb(cs, "compactions", "compaction records: tokens, fidelity, dropped", "id")
+    _verb(cs, "delete", "delete a conversation and everything stored for it", "id")
     history.register(cs, _common)
 
 
 def _register_memory(sub) -> None:
     m = sub.add_parser("memory", help="get, set, delete or list agent memory")
     ms = m.add_subparsers(dest="action", required=True)
-    g = ms.add_parser("get", help="one record")
-    g.add_argument("key")
-    _common(g)
+    _verb(ms, "get", "one record", "key")
     s = ms.add_parser("set", help="write a JSON value")
     s.add_argument("key")
     s.add_argument("value", metavar="JSON")
     s.add_argument("--ttl", type=int, default=0, help="seconds to live (0: forever)")
     _common(s)
-    d = ms.add_parser("delete", help="remove a key")
-    d.add_argument("key")
-    _common(d)
+    _verb(ms, "delete", "remove a key", "key")
     li = ms.add_parser("list", help="keys in order, optionally under a prefix")
     li.add_argument("prefix", nargs="?", default="")
     li.add_argument("--values", action="store_true", help="show values too")
@@ -336,11 +332,16 @@ def _cache_cost(c: pb.CompactionCacheCost) -> str:
 
 
 def _contexts_delete(client: Client, args) -> int:
-    deleted = client.delete(args.id)
+    return _deleted(args, "id", "context", client.delete(args.id))
+
+
+def _deleted(args, field: str, what: str, deleted: bool) -> int:
+    """A delete verb's outcome for the ``what`` named by ``args.<field>``."""
+    name = getattr(args, field)
     if args.json:
-        render.emit_json({"id": args.id, "deleted": deleted})
+        render.emit_json({field: name, "deleted": deleted})
     else:
-        print(f"deleted {args.id}" if deleted else f"no context {args.id}")
+        print(f"deleted {name}" if deleted else f"no {what} {name}")
     return 0
 
 
@@ -378,12 +379,7 @@ def _memory_set(client: Client, args) -> int:
 
 
 def _memory_delete(client: Client, args) -> int:
-    deleted = client.memory_delete(args.key)
-    if args.json:
-        render.emit_json({"key": args.key, "deleted": deleted})
-    else:
-        print(f"deleted {args.key}" if deleted else f"no key {args.key}")
-    return 0
+    return _deleted(args, "key", "key", client.memory_delete(args.key))
 
 
 def _memory_list(client: Client, args) -> int:

@@ -328,6 +328,14 @@ def plan_or_none_pb(plan) -> pb.Plan | None:
     return plan_to_pb(plan) if plan is not None else None
 
 
+def known(table: dict, value: int, field: str, what: str):
+    """``table[value]``, refused as an unknown ``what`` in ``field``."""
+    out = table.get(value)
+    if out is None:
+        raise InvalidArgument(field, f"unknown {what} {value}")
+    return out
+
+
 def expected_version(request) -> int | None:
     return request.expected_version if request.HasField("expected_version") else None
 
@@ -343,9 +351,7 @@ def plan_edit_from_pb(request: pb.UpdatePlanRequest):
         u = request.update
         status = None
         if u.status != pb.PLAN_ITEM_STATUS_UNSPECIFIED:
-            status = _STATUS_FROM_PB.get(u.status)
-            if status is None:
-                raise InvalidArgument("update.status", f"unknown plan item status {u.status}")
+            status = known(_STATUS_FROM_PB, u.status, "update.status", "plan item status")
         bind = binding_from_pb(u.bind, "update.bind") if u.HasField("bind") else None
         kwargs = {
             "status": status,

@@ -10,12 +10,12 @@ import grpc
 
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
 from ctxd_sidecar.core.contexts.truncation import TranscriptEdits
-from ctxd_sidecar.core.errors import InvalidArgument
 from ctxd_sidecar.server.context_convert import (
     FORMAT_FROM_PB,
     expected_version,
     fill_msg_pb,
     info_to_pb,
+    known,
     messages_json,
 )
 
@@ -29,9 +29,7 @@ class ContextEdits:
     async def TruncateContext(
         self, request: pb.TruncateContextRequest, context: grpc.aio.ServicerContext
     ) -> pb.TruncateContextResponse:
-        fmt = FORMAT_FROM_PB.get(request.format)
-        if fmt is None:
-            raise InvalidArgument("format", f"unknown message format {request.format}")
+        fmt = known(FORMAT_FROM_PB, request.format, "format", "message format")
 
         def render(removed) -> pb.TruncateContextResponse:
             # Converted before the commit: a failure here removes nothing.

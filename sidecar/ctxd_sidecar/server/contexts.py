@@ -35,6 +35,7 @@ from ctxd_sidecar.server.context_convert import (
     expected_version,
     fill_msg_pb,
     info_to_pb,
+    known,
     plan_edit_from_pb,
     plan_or_none_pb,
     record_pb,
@@ -127,13 +128,10 @@ class ContextServicer(ContextEdits, ContextHistory, context_pb2_grpc.ContextServ
     async def ListContexts(
         self, request: pb.ListContextsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListContextsResponse:
-        kind = KIND_FROM_PB.get(request.kind)
-        if kind is None:
-            raise InvalidArgument("kind", f"unknown context kind {request.kind}")
         infos, token = await self.listing.page(
             request.page_size,
             request.page_token,
-            kind,
+            known(KIND_FROM_PB, request.kind, "kind", "context kind"),
             request.include_archived,
             id_prefix=request.id_prefix,
         )

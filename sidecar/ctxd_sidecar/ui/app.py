@@ -64,19 +64,22 @@ class Pages:
         ctx.setdefault("address", self.target.address)
         return self.templates.TemplateResponse(request, name, ctx, status_code=status)
 
-    async def conversations(self, request: Request) -> Response:
-        prefix = request.query_params.get("prefix", "").strip()
-        token = request.query_params.get("token", "")
-        resp = await self.sidecar.list_contexts(prefix, token)
+    def _listing(self, request: Request, tab: str, prefix: str, resp, **ctx) -> Response:
+        """One page of a filtered list: ``<tab>.html``, built on ``listing.html``."""
         return self.page(
             request,
-            "conversations.html",
-            contexts=resp.contexts,
+            f"{tab}.html",
             prefix=prefix,
             next_token=resp.next_page_token,
-            paged=bool(token),
-            tab="conversations",
+            paged=bool(request.query_params.get("token")),
+            tab=tab,
+            **ctx,
         )
+
+    async def conversations(self, request: Request) -> Response:
+        prefix = request.query_params.get("prefix", "").strip()
+        resp = await self.sidecar.list_contexts(prefix, request.query_params.get("token", ""))
+        return self._listing(request, "conversations", prefix, resp, contexts=resp.contexts)
 
     async def _header(self, cid: str) -> dict:
         (info, context), versions = await asyncio.gather(
@@ -183,17 +186,9 @@ class Pages:
 
     async def memory(self, request: Request) -> Response:
         prefix = request.query_params.get("prefix", "")
-        token = request.query_params.get("token", "")
-        resp = await self.sidecar.memory(prefix, token)
-        return self.page(
-            request,
-            "memory.html",
-            records=resp.records,
-            prefix=prefix,
-            next_token=resp.next_page_token,
-            paged=bool(token),
-            tab="memory",
-            now_ms=render.now_ms(),
+        resp = await self.sidecar.memory(prefix, request.query_params.get("token", ""))
+        return self._listing(
+            request, "memory", prefix, resp, records=resp.records, now_ms=render.now_ms()
         )
 
 

@@ -451,16 +451,21 @@ class ContextState:
         while n < len(self.messages) and self.messages[n].seq <= through_seq:
             n += 1
         folded, self.messages = self.messages[:n], self.messages[n:]
-        for m in folded:
+        self._uncount(folded)
+        self.live_from = max(self.live_from, through_seq + 1)
+        return folded
+
+    def _uncount(self, gone: list[Msg]) -> None:
+        """Counters and known call ids without ``gone``, just taken off the
+        live messages."""
+        for m in gone:
             self.msg_count -= 1
             self.msg_tokens -= m.tokens
             self.memory_bytes -= m.memory_bytes
             if m.seq > self.sealed_through:
                 self.unsealed_bytes -= m.size_bytes
-        if folded:
+        if gone:
             self.calls = CallBook.of(self.messages)
-        self.live_from = max(self.live_from, through_seq + 1)
-        return folded
 
     def is_cut(self, seq: int) -> bool:
         """Whether truncation removed message ``seq``."""
@@ -475,14 +480,7 @@ class ContextState:
         while n > 0 and msgs[n - 1].seq >= from_seq:
             n -= 1
         removed, self.messages = msgs[n:], msgs[:n]
-        for m in removed:
-            self.msg_count -= 1
-            self.msg_tokens -= m.tokens
-            self.memory_bytes -= m.memory_bytes
-            if m.seq > self.sealed_through:
-                self.unsealed_bytes -= m.size_bytes
-        if removed:
-            self.calls = CallBook.of(self.messages)
+        self._uncount(removed)
         last = self.next_seq - 1
         if from_seq <= last:
             if self.cut and self.cut[-1][1] + 1 >= from_seq:

@@ -48,10 +48,10 @@ from ctxd_sidecar.core.jsonvalue import MAX_DEPTH
 from ctxd_sidecar.core.providers.common import (
     NOTE_PREFIX,
     Turn,
-    array,
     dumps,
     loads,
     obj,
+    objects,
     paired,
     text_of,
 )
@@ -74,9 +74,7 @@ def _texts(value: Any, field: str) -> list[str]:
     if isinstance(value, str):
         return [text_of(value, field)]
     out = []
-    for j, b in enumerate(array(value, field)):
-        bf = f"{field}[{j}]"
-        b = obj(b, bf)
+    for bf, b in objects(value, field):
         _block_type(b, bf, ("text",))
         out.append(text_of(b.get("text"), f"{bf}.text", required=True))
     return out
@@ -86,9 +84,7 @@ def _user(turn: Turn, content: Any, f: str, names: dict[str, str]) -> None:
     if isinstance(content, str):
         turn.add(Msg(USER, text=content), f)
         return
-    for j, b in enumerate(array(content, f"{f}.content")):
-        bf = f"{f}.content[{j}]"
-        b = obj(b, bf)
+    for bf, b in objects(content, f"{f}.content"):
         if _block_type(b, bf, ("text", "tool_result")) == "text":
             turn.add(Msg(USER, text=text_of(b.get("text"), f"{bf}.text", required=True)), bf)
             continue
@@ -118,9 +114,7 @@ def _assistant(turn: Turn, content: Any, f: str, names: dict[str, str]) -> None:
     after: list[str] = []
     calls: list[ToolCall] = []
     call_origin = ""
-    for j, b in enumerate(array(content, f"{f}.content")):
-        bf = f"{f}.content[{j}]"
-        b = obj(b, bf)
+    for bf, b in objects(content, f"{f}.content"):
         if _block_type(b, bf, ("text", "tool_use")) == "text":
             text = text_of(b.get("text"), f"{bf}.text", required=True)
             (after.append(text) if calls else before.append((text, bf)))
@@ -158,9 +152,7 @@ def from_anthropic(
         for j, text in enumerate(_texts(system, system_field)):
             turn.add(Msg(SYSTEM, text=text), f"{system_field}[{j}]")
     names: dict[str, str] = {}
-    for i, item in enumerate(array(items, field)):
-        f = f"{field}[{i}]"
-        d = obj(item, f)
+    for f, d in objects(items, field):
         role = d.get("role")
         content = d.get("content")
         if role == "user":

@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,6 +92,13 @@ def array(value: Any, field: str) -> list[Any]:
     if not isinstance(value, list):
         raise InvalidArgument(field, "must be a JSON array")
     return value
+
+
+def objects(value: Any, field: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each element of the JSON array ``value`` as (its field, the object)."""
+    for i, item in enumerate(array(value, field)):
+        f = f"{field}[{i}]"
+        yield f, obj(item, f)
 
 
 def refuse_set(d: dict[str, Any], keys: Sequence[str], field: str, why: str) -> None:

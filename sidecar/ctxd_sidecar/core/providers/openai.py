@@ -35,8 +35,8 @@ from ctxd_sidecar.core.jsonvalue import MAX_DEPTH, parse_json
 from ctxd_sidecar.core.providers.common import (
     NOTE_PREFIX,
     Turn,
-    array,
     obj,
+    objects,
     paired,
     refuse_set,
     text_of,
@@ -50,11 +50,8 @@ def _content(value: Any, field: str) -> str:
     """A string or an array of ``{"type": "text", "text": ...}`` parts."""
     if value is None or isinstance(value, str):
         return text_of(value, field)
-    parts = array(value, field)
     texts = []
-    for j, p in enumerate(parts):
-        pf = f"{field}[{j}]"
-        p = obj(p, pf)
+    for pf, p in objects(value, field):
         if p.get("type") != "text":
             raise InvalidArgument(
                 f"{pf}.type", f"{p.get('type')!r} parts are not kept; ctxd keeps text parts only"
@@ -67,9 +64,7 @@ def _calls(value: Any, field: str, max_depth: int) -> tuple[ToolCall, ...]:
     if value is None:
         return ()
     out = []
-    for j, c in enumerate(array(value, field)):
-        cf = f"{field}[{j}]"
-        c = obj(c, cf)
+    for cf, c in objects(value, field):
         if c.get("type", "function") != "function":
             raise InvalidArgument(f"{cf}.type", "only function tool calls are kept")
         fn = obj(c.get("function"), f"{cf}.function")
@@ -90,9 +85,7 @@ def from_openai(items: Any, *, field: str = "messages_json", max_depth: int = MA
     """The elements of a chat-completions ``messages`` array as ctxd messages."""
     turn = Turn([], [])
     names: dict[str, str] = {}
-    for i, item in enumerate(array(items, field)):
-        f = f"{field}[{i}]"
-        d = obj(item, f)
+    for f, d in objects(items, field):
         role = d.get("role")
         if role not in _ROLES:
             raise InvalidArgument(f"{f}.role", f"is {role!r}; expected one of {', '.join(_ROLES)}")

@@ -67,7 +67,7 @@ from ctxd_sidecar.core.providers.common import (
     dumps,
     loads,
     loads_stored,
-    obj,
+    objects,
     text_of,
 )
 
@@ -127,9 +127,7 @@ def from_responses(items: Any, *, field: str = "messages_json", max_depth: int =
     """Responses input items as ctxd messages, each carrying its item as native."""
     turn = Turn([], [])
     names: dict[str, str] = {}
-    for i, item in enumerate(array(items, field)):
-        f = f"{field}[{i}]"
-        d = obj(item, f)
+    for f, d in objects(items, field):
         native = Native(NATIVE_FORMAT, dumps(d).encode())
         kind = d.get("type")
         if kind is not None and not isinstance(kind, str) or isinstance(kind, Num):

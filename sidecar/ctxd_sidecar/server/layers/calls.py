@@ -98,6 +98,22 @@ async def _fail(exc: Exception, method: str, context: grpc.aio.ServicerContext) 
     await context.abort(st.code, st.details, st.trailing_metadata)
 
 
+async def _ended(
+    record: _Call, exc: BaseException, method: str, context: grpc.aio.ServicerContext
+) -> None:
+    """Record how a call that raised ``exc`` ended: an abort with its code, a
+    cancellation as CANCELLED; any other error becomes a status (this aborts)."""
+    if isinstance(exc, grpc.aio.AbortError):
+        record.done(_code_of(context))
+    elif isinstance(exc, asyncio.CancelledError | GeneratorExit):
+        record.done("CANCELLED")
+    else:
+        try:
+            await _fail(exc, method, context)
+        finally:
+            record.done(_code_of(context))
+
+
 def _code_of(context: grpc.aio.ServicerContext) -> str:
     code = context.code()
     if code is None:
@@ -118,17 +134,9 @@ def _observed(handler: grpc.RpcMethodHandler, of: _Method) -> grpc.RpcMethodHand
             _CALL.set(record)
             try:
                 reply = await inner(request, context)
-            except grpc.aio.AbortError:
-                record.done(_code_of(context))
+            except (asyncio.CancelledError, Exception) as exc:
+                await _ended(record, exc, method, context)
                 raise
-            except asyncio.CancelledError:
-                record.done("CANCELLED")
-                raise
-            except Exception as exc:  # noqa: BLE001 - mapped to a status
-                try:
-                    await _fail(exc, method, context)
-                finally:
-                    record.done(_code_of(context))
             record.done("OK")
             return reply
 
@@ -140,17 +148,9 @@ def _observed(handler: grpc.RpcMethodHandler, of: _Method) -> grpc.RpcMethodHand
         try:
             async for item in inner(request, context):
                 yield item
-        except grpc.aio.AbortError:
-            record.done(_code_of(context))
+        except (asyncio.CancelledError, GeneratorExit, Exception) as exc:
+            await _ended(record, exc, method, context)
             raise
-        except (asyncio.CancelledError, GeneratorExit):
-            record.done("CANCELLED")
-            raise
-        except Exception as exc:  # noqa: BLE001 - mapped to a status
-            try:
-                await _fail(exc, method, context)
-            finally:
-                record.done(_code_of(context))
         record.done("OK")
 
     return _replace(handler, stream)
