@@ -14,12 +14,12 @@ from ctxd_sidecar.core import providers
 from ctxd_sidecar.core.contexts import reads, views
 from ctxd_sidecar.core.contexts.archive import CompactionInfo
 from ctxd_sidecar.core.contexts.model import ContextState
-from ctxd_sidecar.core.errors import InvalidArgument
 from ctxd_sidecar.server import wire
 from ctxd_sidecar.server.context_convert import (
     FORMAT_FROM_PB,
     context_meta_pb,
     info_to_pb,
+    known,
     record_pb,
     slice_blocks_pb,
     slice_json,
@@ -47,24 +47,15 @@ _CHANGE = {
 def read_request(request: pb.GetContextRequest, prefix: str = "") -> reads.ReadRequest:
     """``request`` in domain terms, refused with the field named (``prefix``:
     ``read.`` inside an AppendTurnRequest)."""
-    view = _VIEWS.get(request.view)
-    if view is None:
-        raise InvalidArgument(f"{prefix}view", f"unknown view {request.view}")
-    consistency = _CONSISTENCY.get(request.consistency)
-    if consistency is None:
-        raise InvalidArgument(f"{prefix}consistency", f"unknown consistency {request.consistency}")
-    fmt = FORMAT_FROM_PB.get(request.format)
-    if fmt is None:
-        raise InvalidArgument(f"{prefix}format", f"unknown message format {request.format}")
     return reads.ReadRequest(
         context_id=request.context_id,
-        view=view,
-        consistency=consistency,
+        view=known(_VIEWS, request.view, f"{prefix}view", "view"),
+        consistency=known(_CONSISTENCY, request.consistency, f"{prefix}consistency", "consistency"),
         since=request.since_version if request.HasField("since_version") else None,
         incarnation=request.since_incarnation,
         page_size=request.page_size,
         page_token=request.page_token,
-        fmt=fmt,
+        fmt=known(FORMAT_FROM_PB, request.format, f"{prefix}format", "message format"),
         last_n=request.last_n,
         cache_breakpoint=request.cache_breakpoint,
         blocks=not request.without_summary_blocks,
