@@ -209,7 +209,7 @@ class SealedRun:
     def __init__(self, codes, seqs, tss, vers, ends, blob, extra, framed, start=0) -> None:  # noqa: ANN001, E501
         self.codes, self.seqs, self.tss, self.vers = codes, seqs, tss, vers
         self.ends, self.blob, self.extra, self.start = ends, blob, extra, start
-        #: Format 3: :class:`Framed`, the UTF-8 bytes and the kept parts.
+        #: Format 3's sizes and kept reply bytes (None: format 2).
         self.framed: Framed | None = framed
 
     def since(self, seq: int) -> SealedRun:
@@ -294,10 +294,10 @@ class Framed:
     """What a format 3 segment keeps beside the texts: each message's UTF-8
     size and, where kept and framed as the reader frames, its reply bytes."""
 
-    __slots__ = ("view", "starts", "ends", "sizes_", "heads")
+    __slots__ = ("view", "starts", "ends", "nbytes", "heads")
 
     def __init__(self, view: memoryview, starts, ends, sizes, heads) -> None:  # noqa: ANN001
-        self.view, self.starts, self.ends, self.sizes_, self.heads = (
+        self.view, self.starts, self.ends, self.nbytes, self.heads = (
             view,
             starts,
             ends,
@@ -308,13 +308,13 @@ class Framed:
     def sizes(self, start: int) -> list[int]:
         """Each message's texts in UTF-8 bytes (:attr:`Msg.size_bytes` of a
         message without rare fields)."""
-        return self.sizes_[start:]
+        return self.nbytes[start:]
 
     def wires(self, start: int) -> list[memoryview | None]:
         """Each message's reply bytes (None: not kept, or framed otherwise)."""
         v = self.view
         if not v:
-            return [None] * (len(self.sizes_) - start)
+            return [None] * (len(self.nbytes) - start)
         rows = zip(self.heads[start:], self.starts[start:], self.ends[start:], strict=True)
         return [v[a:b] if head else None for head, a, b in rows]
 
