@@ -20,8 +20,9 @@ from ctxd_client._connect import (
     channel_args,
     diagnose,
 )
+from ctxd_client._drive import adrive
 from ctxd_client._watch import AsyncWatch
-from ctxd_client.errors import CtxdError, Unavailable, from_rpc_error
+from ctxd_client.errors import Unavailable, from_rpc_error
 
 #: Calls one AsyncClient has on the wire at once; the rest wait their turn. Thousands
 #: started together (``asyncio.gather``) otherwise overrun the server's streams and end
@@ -109,22 +110,9 @@ class AsyncClient(_Verbs):
             await asyncio.sleep(self._retry.delay(attempt))
         raise AssertionError("unreachable")
 
-    async def _drive(self, op: ops.Op, timeout: float | None) -> Any:
-        timeout = self._timeout if timeout is None else timeout
-        try:
-            call = next(op)
-            while True:
-                try:
-                    reply = await self._unary(call, timeout)
-                except CtxdError as exc:
-                    call = op.throw(exc)
-                else:
-                    call = op.send(reply)
-        except StopIteration as stop:
-            return stop.value
-
     def _run(self, op: ops.Op, timeout: float | None) -> Any:
-        return self._drive(op, timeout)
+        timeout = self._timeout if timeout is None else timeout
+        return adrive(op, lambda call: self._unary(call, timeout))
 
     def watch(self, context_id: str, *, timeout: float | None = None) -> AsyncWatch:
         """Events for a context, from now until cancelled (``cancel()``, or

@@ -20,8 +20,9 @@ from ctxd_client._connect import (
     channel_args,
     diagnose,
 )
+from ctxd_client._drive import drive
 from ctxd_client._watch import Watch
-from ctxd_client.errors import CtxdError, Unavailable, from_rpc_error
+from ctxd_client.errors import Unavailable, from_rpc_error
 
 
 class Client(_Verbs):
@@ -99,17 +100,7 @@ class Client(_Verbs):
 
     def _run(self, op: ops.Op, timeout: float | None) -> Any:
         timeout = self._timeout if timeout is None else timeout
-        try:
-            call = next(op)
-            while True:
-                try:
-                    reply = self._unary(call, timeout)
-                except CtxdError as exc:
-                    call = op.throw(exc)
-                else:
-                    call = op.send(reply)
-        except StopIteration as stop:
-            return stop.value
+        return drive(op, lambda call: self._unary(call, timeout))
 
     def watch(self, context_id: str, *, timeout: float | None = None) -> Watch:
         """Events for a context, from now until cancelled (``cancel()``, or
