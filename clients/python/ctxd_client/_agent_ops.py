@@ -10,7 +10,7 @@ from typing import Any
 
 from ctxd_client._api.ctxd.v1 import context_pb2 as pb
 from ctxd_client._api.ctxd.v1 import memory_pb2 as mpb
-from ctxd_client._ops import CONTEXT, MEMORY, Call, Op, enum_value, to_pb, verb
+from ctxd_client._ops import CONTEXT, MEMORY, Call, Op, enum_value, paged, paged_items, to_pb, verb
 from ctxd_client._usage import usage_request
 from ctxd_client.errors import CtxdError
 
@@ -86,17 +86,11 @@ class _CompactionVerbs:
         req = pb.ExpandCompactionRequest(
             context_id=context_id, compaction_id=compaction_id, page_size=page_size
         )
-        whole = None
-        while True:
-            resp = yield Call(CONTEXT, "ExpandCompaction", req, retry=True)
-            if whole is None:
-                whole = resp
-            else:
-                whole.messages.extend(resp.messages)
-            if not resp.next_page_token:
-                whole.next_page_token = ""
-                return whole
-            req.page_token = resp.next_page_token
+        whole, *more = yield from paged(CONTEXT, "ExpandCompaction", req)
+        for page in more:
+            whole.messages.extend(page.messages)
+        whole.next_page_token = ""
+        return whole
 
 
 class _AgentVerbs:
@@ -309,10 +303,4 @@ class _MemoryVerbs:
     ) -> Op[list[mpb.MemoryRecord]]:
         """Every live record under ``prefix`` (all pages), in key order."""
         req = mpb.ListRequest(prefix=prefix, include_values=include_values, limit=limit)
-        out: list = []
-        while True:
-            resp = yield Call(MEMORY, "List", req, retry=True)
-            out.extend(resp.records)
-            if not resp.next_page_token:
-                return out
-            req.page_token = resp.next_page_token
+        return (yield from paged_items(MEMORY, "List", req, "records"))

@@ -22,6 +22,7 @@ from ctxd_client._ops import (
     enum_value,
     format_value,
     has,
+    paged_items,
     to_pb,
     verb,
 )
@@ -309,13 +310,7 @@ class _ContextVerbs:
             if not has(pb.ListContextsRequest, "id_prefix"):
                 raise CtxdError("this sidecar's API cannot list by id prefix")
             req.id_prefix = id_prefix  # type: ignore[attr-defined]
-        out: list = []
-        while True:
-            resp = yield Call(CONTEXT, "ListContexts", req, retry=True)
-            out.extend(resp.contexts)
-            if not resp.next_page_token:
-                return out
-            req.page_token = resp.next_page_token
+        return (yield from paged_items(CONTEXT, "ListContexts", req, "contexts"))
 
     @verb
     def create_context(

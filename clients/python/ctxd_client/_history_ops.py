@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 
 from ctxd_client._api.ctxd.v1 import context_pb2 as pb
-from ctxd_client._ops import CONTEXT, Call, Op, verb
+from ctxd_client._ops import CONTEXT, Call, Op, paged_items, verb
 
 
 class _HistoryVerbs:
@@ -19,13 +19,7 @@ class _HistoryVerbs:
         """The versions still readable with ``at_version``, newest first:
         what each change was, when, and the size after it."""
         req = pb.ListVersionsRequest(context_id=context_id, page_size=page_size)
-        out: list = []
-        while True:
-            resp = yield Call(CONTEXT, "ListVersions", req, retry=True)
-            out.extend(resp.versions)
-            if not resp.next_page_token:
-                return out
-            req.page_token = resp.next_page_token
+        return (yield from paged_items(CONTEXT, "ListVersions", req, "versions"))
 
     @verb
     def fork(

@@ -44,6 +44,21 @@ P = ParamSpec("P")
 Op = Generator[Call, Any, T]
 
 
+def paged(service: str, method: str, req: Any) -> Op[list]:
+    """Every page of a paged read, in order (each call retried: a read)."""
+    found = [(yield Call(service, method, req, retry=True))]
+    while found[-1].next_page_token:
+        req.page_token = found[-1].next_page_token
+        found.append((yield Call(service, method, req, retry=True)))
+    return found
+
+
+def paged_items(service: str, method: str, req: Any, field: str) -> Op[list]:
+    """The ``field`` items of every page of a paged read, in order."""
+    found = yield from paged(service, method, req)
+    return [item for page in found for item in getattr(page, field)]
+
+
 def verb(build: Callable[Concatenate[S, P], Op[R]]) -> Callable[Concatenate[S, P], R]:
     """The client method of the op builder ``build``: its op, run by the
     client (``self._run``: blocking in Client, awaited in AsyncClient), with
