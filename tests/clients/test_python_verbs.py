@@ -1,6 +1,6 @@
 """The Python client's verbs keep one meaning each.
 
-Every verb of ``Client`` and ``AsyncClient`` (``_base._Verbs``) is written
+Every verb of ``Client`` and ``AsyncClient`` (``_base._BaseClient``) is written
 once, as its op builder: a typed, documented generator method that
 ``_ops.verb`` makes a client method. What callers, their editors and type
 checkers read is that signature, ``timeout`` last, returning what the op
@@ -23,7 +23,7 @@ from ctxd_client import AsyncClient, Client, _base  # noqa: E402
 
 VERBS = sorted(
     name
-    for cls in _base._Verbs.__mro__
+    for cls in _base._BaseClient.__mro__
     for name, fn in vars(cls).items()
     if callable(fn) and not name.startswith("_")
 )
@@ -31,7 +31,7 @@ VERBS = sorted(
 
 @pytest.mark.parametrize("name", VERBS)
 def test_a_verb_is_its_op_builder_with_the_call_timeout(name):
-    verb = getattr(_base._Verbs, name)
+    verb = getattr(_base._BaseClient, name)
     assert inspect.isgeneratorfunction(verb.__wrapped__)
     signature = inspect.signature(verb)
     params = list(signature.parameters.values())
