@@ -75,7 +75,7 @@ class _BaseClient(
         self._tokens = TokenSource(token, None if token_file is None else os.fspath(token_file))
         self._timeout = timeout
         self._retry = retry
-        self._stub = {
+        self._stub: dict[str, Any] = {
             CONTEXT: context_pb2_grpc.ContextServiceStub(self._channel),
             MEMORY: memory_pb2_grpc.MemoryServiceStub(self._channel),
         }
