@@ -53,10 +53,10 @@ def paged(service: str, method: str, req: Any) -> Op[list]:
     return found
 
 
-def paged_items(service: str, method: str, req: Any, field: str) -> Op[list]:
-    """The ``field`` items of every page of a paged read, in order."""
+def paged_items(service: str, method: str, req: Any, name: str) -> Op[list]:
+    """The items of every page's field ``name`` in a paged read, in order."""
     found = yield from paged(service, method, req)
-    return [item for page in found for item in getattr(page, field)]
+    return [item for page in found for item in getattr(page, name)]
 
 
 def verb(build: Callable[Concatenate[S, P], Op[R]]) -> Callable[Concatenate[S, P], R]:
