@@ -216,17 +216,16 @@ def _run_compacting(client, op, cid: str, after_calls: int):
 
 
 def test_reads_start_again_when_a_compaction_lands_between_pages(client):
-    from ctxd_client import _ops as ops
-
     for i in range(6):
         client.append_turn("re", _turn(i))
-    whole, calls = _run_compacting(client, ops.slice_("re", page_size=5), "re", after_calls=2)
+    op = Client.slice.__wrapped__(client, "re", page_size=5)  # the verb's op, driven here
+    whole, calls = _run_compacting(client, op, "re", after_calls=2)
     assert list(whole) == list(client.slice("re")) and whole[0].id == "summary"
     assert calls > len(whole) // 5 + 1  # some pages were read twice
     # A turn's replaced slice, continued by GetContext, starts again the same way.
     for i in range(6, 12):
         client.append_turn("re", _turn(i))
-    op = ops.turn("re", _turn(12), since_version=1, page_size=3)
+    op = Client.turn.__wrapped__(client, "re", _turn(12), since_version=1, page_size=3)
     t, _ = _run_compacting(client, op, "re", after_calls=2)
     assert t.next.change == "replace"
     assert list(t.next.messages) == list(client.slice("re"))

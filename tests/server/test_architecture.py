@@ -196,9 +196,6 @@ OVERSIZED = {
     "sidecar/ctxd_sidecar/core/compaction/cut.py:plan_cut": 67,
     # Fetching and rendering of `ctxd contexts show`.
     "sidecar/ctxd_sidecar/admin/commands.py:_contexts_show": 63,
-    # -- issue 37, item 6: 25 typed verb signatures, run by their op builders;
-    #    the verbs to split by service as the builders are (_ops, _agent_ops).
-    "clients/python/ctxd_client/_base.py:_Verbs": 311,
 }
 
 

@@ -58,6 +58,7 @@ from langgraph.store.base import (
 )
 
 from ctxd_client import AsyncClient, Client
+from ctxd_client._drive import adrive, drive
 from ctxd_client.errors import Aborted, NotFound
 from ctxd_client.integrations._langgraph_vectors import (
     StoreIndex,
@@ -77,6 +78,9 @@ MAX_KEY = 256
 
 #: One call: (client verb, positional args, keyword args).
 Call = tuple[str, tuple, dict]
+
+#: The errors of a call that the batch's ops handle (thrown into them).
+HANDLED = (Aborted, NotFound)
 
 
 def _enc(label: str, *, long: int = LONG) -> str:
@@ -326,11 +330,11 @@ class CtxdStore(BaseStore):
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         if self._sync is None:
             self._sync = Client(self._address)
-        return _drive(self._ops(ops), lambda c: run_sync(self._sync, self._index, c))
+        return drive(self._ops(ops), lambda c: run_sync(self._sync, self._index, c), HANDLED)
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         client = self._aclient()
-        return await _adrive(self._ops(ops), lambda c: run_async(client, self._index, c))
+        return await adrive(self._ops(ops), lambda c: run_async(client, self._index, c), HANDLED)
 
     def _aclient(self) -> AsyncClient:
         if self._async_loop == "given":
@@ -352,33 +356,3 @@ def _kept(filter_: dict | None, item: Item) -> bool:
 
 def _seconds(minutes: float) -> int:
     return max(1, math.ceil(float(minutes) * 60))
-
-
-def _drive(gen: Generator[Call, Any, Any], call: Any) -> Any:
-    reply: Any = None
-    error: Exception | None = None
-    while True:
-        try:
-            step = gen.throw(error) if error is not None else gen.send(reply)
-        except StopIteration as stop:
-            return stop.value
-        reply, error = None, None
-        try:
-            reply = call(step)
-        except (Aborted, NotFound) as exc:
-            error = exc
-
-
-async def _adrive(gen: Generator[Call, Any, Any], call: Any) -> Any:
-    reply: Any = None
-    error: Exception | None = None
-    while True:
-        try:
-            step = gen.throw(error) if error is not None else gen.send(reply)
-        except StopIteration as stop:
-            return stop.value
-        reply, error = None, None
-        try:
-            reply = await call(step)
-        except (Aborted, NotFound) as exc:
-            error = exc
