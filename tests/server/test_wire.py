@@ -100,18 +100,23 @@ def encoded(m: Msg) -> bytes:
     return wire._varint(len(body)) + body
 
 
+def assert_slice_reads_alike(st: ContextState) -> None:
+    """The slice of ``st`` from its messages' bytes parses as built object by object."""
+    page = views.read(st, views.SLICE)
+    head = pb.GetContextResponse(info=info_to_pb(st.info()))
+    built = pb.GetContextResponse()
+    built.CopyFrom(head)
+    fill_slice_pb(built.slice, st, page)
+    assert pb.GetContextResponse.FromString(wire.slice_reply(head, [], page.messages)) == built
+
+
 async def test_a_restored_context_replies_with_the_bytes_its_segments_kept():
     msgs, back = await restored(wire.ReplyFraming())
     got = back.messages
     # Every message kept its bytes but the one whose native payload is large.
     assert [m.wire is not None for m in got] == [True] * (len(msgs) - 1) + [False]
     assert [bytes(m.wire) for m in got[:-1]] == [encoded(m) for m in msgs[:-1]]
-    page = views.read(back, views.SLICE)
-    head = pb.GetContextResponse(info=info_to_pb(back.info()))
-    built = pb.GetContextResponse()
-    built.CopyFrom(head)
-    fill_slice_pb(built.slice, back, page)
-    assert pb.GetContextResponse.FromString(wire.slice_reply(head, [], page.messages)) == built
+    assert_slice_reads_alike(back)
     # Sealed again (an archive rewrites a segment), restored messages split alike.
     again = SegmentCodec(wire.ReplyFraming()).encode("w", "g", got)
     assert [bytes(m.wire) for m in SegmentCodec(wire.ReplyFraming()).parse(again).build()[:-1]] == [
@@ -125,9 +130,4 @@ async def test_bytes_kept_under_another_schema_are_encoded_again():
 
     msgs, back = await restored(Older())
     assert all(m.wire is None for m in back.messages)
-    page = views.read(back, views.SLICE)
-    head = pb.GetContextResponse(info=info_to_pb(back.info()))
-    built = pb.GetContextResponse()
-    built.CopyFrom(head)
-    fill_slice_pb(built.slice, back, page)
-    assert pb.GetContextResponse.FromString(wire.slice_reply(head, [], page.messages)) == built
+    assert_slice_reads_alike(back)
