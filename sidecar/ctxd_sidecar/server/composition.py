@@ -38,8 +38,8 @@ from ctxd_sidecar.core.storage import Storage
 from ctxd_sidecar.plugin.manager import PluginHooks, embedder, open_store, summarisers
 from ctxd_sidecar.plugin.store import Store, StoreError
 from ctxd_sidecar.server import metrics, tracing, wire
-from ctxd_sidecar.server.contexts import ContextServicer
-from ctxd_sidecar.server.memory import MemoryServicer
+from ctxd_sidecar.server.context_servicer import ContextServicer
+from ctxd_sidecar.server.memory_servicer import MemoryServicer
 
 
 @dataclass

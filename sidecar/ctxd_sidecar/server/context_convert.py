@@ -1,6 +1,6 @@
 """Protobuf <-> domain conversions for ``ctxd.v1.ContextService`` messages.
 
-Used by :mod:`ctxd_sidecar.server.contexts`; no rules live here.
+Used by :mod:`ctxd_sidecar.server.context_servicer`; no rules live here.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """gRPC adapter for TruncateContext and CreateContext (see core.contexts.truncation).
 
-A mixin of :class:`ctxd_sidecar.server.contexts.ContextServicer`,
+A mixin of :class:`ctxd_sidecar.server.context_servicer.ContextServicer`,
 which hands it ``self.edits`` (built by the composition root).
 """
 

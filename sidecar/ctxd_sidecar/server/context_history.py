@@ -1,7 +1,7 @@
 """gRPC adapter for the history of a context: GetContextRequest.at_version,
 ListVersions and ForkContext (see :mod:`ctxd_sidecar.core.contexts.history`).
 
-A mixin of :class:`ctxd_sidecar.server.contexts.ContextServicer`, which
+A mixin of :class:`ctxd_sidecar.server.context_servicer.ContextServicer`, which
 hands it ``self.contexts``, ``self.history`` and ``self.forks`` (built by
 the composition root).
 """
