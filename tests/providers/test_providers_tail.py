@@ -192,3 +192,19 @@ def test_a_responses_tail_keeps_the_reasoning_item_with_its_function_call(ctx):
         assert got == items[1:], last_n
         for page_size in (1, 2):
             assert read(ctx, "t-rs", RESPONSES, last_n, page_size)[0] == items[1:]
+
+
+@pytest.mark.parametrize("cut", [{"count": 1}, {"after_message_id": "m2"}])
+def test_a_truncation_takes_the_reasoning_item_with_the_item_it_removes(ctx, cut):
+    # The cut would fall right after the reasoning item (the last count, or
+    # every message after it): it goes with the call it came with.
+    cid = f"t-rs-pop-{next(iter(cut))}"
+    items = [
+        {"role": "user", "content": "fix it"},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "e"},
+        {"type": "function_call", "id": "fc_1", "call_id": "k1", "name": "sh", "arguments": "{}"},
+    ]
+    append(ctx, cid, items, RESPONSES)
+    out = ctx.TruncateContext(pb.TruncateContextRequest(context_id=cid, format=RESPONSES, **cut))
+    assert json.loads(out.removed_json) == items[1:]
+    assert read(ctx, cid, RESPONSES, 0)[0] == items[:1]

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ctxd_sidecar.core.compaction.view import binds_next
 from ctxd_sidecar.core.contexts import validate
 from ctxd_sidecar.core.contexts.model import ContextInfo, ContextState, Msg
 from ctxd_sidecar.core.contexts.service import ContextService
@@ -59,7 +60,8 @@ class TranscriptEdits:
         render: Callable[[list[Msg]], Any] | None = None,
     ) -> Truncated:
         """Remove the last ``count`` live messages, or every live message
-        after ``after_message_id``; return them, oldest first, with
+        after ``after_message_id`` (and a reasoning item the cut would leave
+        without the message it goes with); return them, oldest first, with
         ``render(them)`` (run before the commit: if it raises, nothing is
         removed)."""
         if count and after_message_id:
@@ -90,6 +92,10 @@ class TranscriptEdits:
                         f"after_message_id {after_message_id} names no live message of "
                         f"context {st.id} (folded into the summary, removed, or never there)"
                     )
+            # No cut falls right after a Responses reasoning item: it goes
+            # with the message after it (the API refuses it alone).
+            while 0 < keep < len(msgs) and binds_next(msgs[keep - 1]):
+                keep -= 1
             if keep >= len(msgs):
                 return None
             removed.extend(msgs[keep:])

@@ -2781,9 +2781,10 @@ export type TruncateContextRequest = Message$1<"ctxd.v1.TruncateContextRequest">
   contextId: string;
 
   /**
-   * Remove at most this many of the last live messages (1-10000); fewer
-   * when fewer are live. Nothing live: nothing changes (removed is empty,
-   * version unchanged).
+   * Remove this many of the last live messages (1-10000); fewer when fewer
+   * are live, more when the cut would fall right after a Responses
+   * reasoning item (it goes with the item after it). Nothing live: nothing
+   * changes (removed is empty, version unchanged).
    *
    * @generated from field: int32 count = 2;
    */
@@ -2791,7 +2792,8 @@ export type TruncateContextRequest = Message$1<"ctxd.v1.TruncateContextRequest">
 
   /**
    * Remove every live message after this one (an id such as "m12" naming
-   * a live message; FAILED_PRECONDITION when it is folded or unknown).
+   * a live message; FAILED_PRECONDITION when it is folded or unknown); a
+   * Responses reasoning item right before the cut goes too.
    *
    * @generated from field: string after_message_id = 3;
    */
