@@ -311,9 +311,10 @@ test("CtxdSession: the Agents JS SDK session interface over ctxd", async () => {
   assert.deepEqual(await session.getItems(2), items.slice(1));
   assert.deepEqual(await session.getItems(0), []);
   assert.deepEqual(await session.popItem(), items[2]);
-  assert.deepEqual(await session.getItems(), items.slice(0, 2));
+  // The reasoning item went with the message it came with.
+  assert.deepEqual(await session.getItems(), items.slice(0, 1));
   await Promise.all([0, 1, 2, 3].map((k) => session.addItems([0, 1, 2].map((i) => ({ role: "user", content: `b${k}-${i}` })))));
-  const got = (await session.getItems()).slice(2).map((i: { content: string }) => i.content);
+  const got = (await session.getItems()).slice(1).map((i: { content: string }) => i.content);
   for (let j = 0; j < 12; j += 3) {
     const k = got[j].split("-")[0];
     assert.deepEqual(got.slice(j, j + 3), [0, 1, 2].map((i) => `${k}-${i}`));
