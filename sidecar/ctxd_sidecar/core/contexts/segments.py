@@ -94,8 +94,7 @@ def encode_segment(cid: str, gen: str, msgs: list[Msg], framing: Framing | None 
         x = _extra_of(m)
         if x:
             extra[str(i)] = x
-    split = framing.split if framing is not None else _keep_none
-    cuts = [split(m) or _NONE for m in msgs]
+    cuts = [(framing and framing.split(m)) or _NONE for m in msgs]
     texts = [(m.text + m.content).encode() for m in msgs]
     header = {"id": cid, "gen": gen, "n": len(msgs), "x": extra, "w": framing and framing.stamp}
     numbers = array("q", [m.seq for m in msgs])
@@ -115,11 +114,8 @@ def encode_segment(cid: str, gen: str, msgs: list[Msg], framing: Framing | None 
     return b"".join(parts)
 
 
+#: A message's framing parts when none are kept.
 _NONE = (b"", b"")
-
-
-def _keep_none(m: Msg) -> None:
-    return None
 
 
 class SegmentCodec:
@@ -296,14 +292,10 @@ class Framed:
 
     __slots__ = ("view", "starts", "ends", "nbytes", "heads")
 
-    def __init__(self, view: memoryview, starts, ends, sizes, heads) -> None:  # noqa: ANN001
-        self.view, self.starts, self.ends, self.nbytes, self.heads = (
-            view,
-            starts,
-            ends,
-            sizes,
-            heads,
-        )
+    def __init__(self, view: memoryview | None, starts, ends, nbytes, heads) -> None:  # noqa: ANN001
+        #: The segment's bytes (None: its parts are framed otherwise than the reader's).
+        self.view = view
+        self.starts, self.ends, self.nbytes, self.heads = starts, ends, nbytes, heads
 
     def sizes(self, start: int) -> list[int]:
         """Each message's texts in UTF-8 bytes (:attr:`Msg.size_bytes` of a
@@ -313,7 +305,7 @@ class Framed:
     def wires(self, start: int) -> list[memoryview | None]:
         """Each message's reply bytes (None: not kept, or framed otherwise)."""
         v = self.view
-        if not v:
+        if v is None:
             return [None] * (len(self.nbytes) - start)
         rows = zip(self.heads[start:], self.starts[start:], self.ends[start:], strict=True)
         return [v[a:b] if head else None for head, a, b in rows]
@@ -374,5 +366,5 @@ def _framed(raw: bytes, at: int, values: list[int], n: int, usable: bool) -> tup
     blob = str(
         b"".join(map(view.__getitem__, map(slice, firsts, map(add, firsts, sizes)))), "utf-8"
     )
-    framed = Framed(view if usable else memoryview(b""), starts[:-1], starts[1:], sizes, heads)
+    framed = Framed(view if usable else None, starts[:-1], starts[1:], sizes, heads)
     return framed, blob
