@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from ctxd_sidecar.core.contexts import pagetoken, views
+from ctxd_sidecar.core.contexts.model import USER, ContextState, Msg
 from ctxd_sidecar.core.contexts.reads import CACHED, INFO, LATEST, ReadRequest
 from ctxd_sidecar.core.errors import InvalidArgument
 
@@ -77,7 +78,7 @@ def test_a_turn_reads_its_own_context_from_the_first_page():
 def test_a_token_reads_back_the_parts_it_was_packed_with():
     token = pagetoken.pack(pagetoken.TRANSCRIPT, "ab12cd34", 7, "slice", 41, "")
     assert token.startswith(pagetoken.TRANSCRIPT)
-    assert pagetoken.unpack(token, pagetoken.TRANSCRIPT, 5) == ["ab12cd34", 7, "slice", 41, ""]
+    assert pagetoken.unpack(token, pagetoken.TRANSCRIPT, 5) == ("ab12cd34", 7, "slice", 41, "")
 
 
 @pytest.mark.parametrize(
@@ -103,3 +104,39 @@ def test_an_optional_last_part_may_be_absent():
     assert len(pagetoken.unpack(short, pagetoken.PROVIDER, 6, 1)) == 5
     with pytest.raises(InvalidArgument):
         pagetoken.unpack(short, pagetoken.PROVIDER, 6)
+
+
+# -- pages measured once ---------------------------------------------------------------
+def _big(n: int, size: int) -> list[Msg]:
+    return [Msg(USER, text=f"{i}" + "x" * size) for i in range(n)]
+
+
+def test_a_page_its_budget_cut_is_measured_again_when_the_message_past_it_changed():
+    """Pages are measured once and remembered by their first message; a
+    truncation that takes the message that did not fit, and appends that fit
+    in its place, make the same page longer."""
+    st = ContextState(id="c", kind="conversation", gen="g", version=1)
+    third = views.PAGE_BYTES // 3
+    for i, m in enumerate(_big(4, third), start=1):
+        st.add_message(m.assigned(i, 1000 + i, ver=1))
+    first = views.read(st, views.SLICE)
+    assert len(first.messages) == 2  # the third does not fit with the frames
+    again = views.read(st, views.SLICE)
+    assert [m.seq for m in again.messages] == [1, 2]
+    kept = st.messages[:2]
+    st.messages = kept  # truncated: the third and fourth go
+    for i, m in enumerate(_big(2, 10), start=5):
+        st.add_message(m.assigned(i, 1000 + i, ver=2))
+    assert [m.seq for m in views.read(st, views.SLICE).messages] == [1, 2, 5, 6]
+
+
+def test_a_page_of_its_limit_is_remembered_whatever_follows_it():
+    st = ContextState(id="c", kind="conversation", gen="g", version=1)
+    for i, m in enumerate(_big(5, 10), start=1):
+        st.add_message(m.assigned(i, 1000 + i, ver=1))
+    assert [m.seq for m in views.read(st, views.SLICE, size=2).messages] == [1, 2]
+    st.messages = st.messages[:1]  # the page's last message goes
+    assert [m.seq for m in views.read(st, views.SLICE, size=2).messages] == [1]
+    big = _big(1, views.PAGE_BYTES)[0].assigned(6, 1006, ver=2)
+    st.add_message(big)  # in the last one's place, too big to share a page
+    assert [m.seq for m in views.read(st, views.SLICE, size=2).messages] == [1]

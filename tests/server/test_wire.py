@@ -131,3 +131,29 @@ async def test_bytes_kept_under_another_schema_are_encoded_again():
     msgs, back = await restored(Older())
     assert all(m.wire is None for m in back.messages)
     assert_slice_reads_alike(back)
+
+
+def test_a_page_read_again_reuses_its_bytes_only_while_it_holds_the_same_messages():
+    st = state()
+    bodies = wire.Bodies(1 << 20)
+    msgs = st.messages
+    first = bodies.body(3, msgs[:4])
+    assert bodies.body(3, list(msgs[:4])) is first  # the same messages, another list
+    other = [*msgs[:3], msgs[5]]  # the same first message and length, another last
+    assert bodies.body(3, other) != first
+    reply = pb.GetContextResponse.FromString(bodies.body(3, other))
+    assert [m.id for m in reply.slice] == ["m1", "m2", "m3", "m6"]
+
+
+def test_kept_pages_stay_within_their_bound():
+    msgs = [Msg(USER, text="x" * 100).assigned(i, 1000, ver=1) for i in range(1, 10)]
+    one = len(wire.Bodies(1 << 20).body(3, msgs[:1]))
+    bodies = wire.Bodies(4 * one)  # four pages of one message
+    for i in range(len(msgs)):
+        bodies.body(3, msgs[i : i + 1])
+        assert bodies.size <= bodies.max_bytes
+    assert bodies.size == 4 * one
+    assert bodies.body(3, msgs[-1:]) is bodies.body(3, msgs[-1:])  # the latest stayed
+    small = wire.Bodies(2 * one)  # a page over a quarter of the bound is not kept
+    assert small.body(3, msgs[:1]) is not small.body(3, msgs[:1])
+    assert small.size == 0

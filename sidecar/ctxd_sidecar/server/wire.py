@@ -13,6 +13,7 @@ encode every message again.
 from __future__ import annotations
 
 import hashlib
+from collections import OrderedDict
 from operator import attrgetter
 
 from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
@@ -88,12 +89,56 @@ def _wires(messages: list[Msg]) -> list[bytes | memoryview]:
     return wires
 
 
+class Bodies:
+    """The assembled messages of recently read pages, up to ``max_bytes``
+    (least recently used first out). A long context read again page by page
+    (a runtime that re-reads its whole slice every turn, the web page) then
+    pays one copy a page instead of a join of every message's bytes, which
+    touches each message object again. A page is found by its first message
+    object and length and used only if it holds the very same messages
+    (compared by identity first, so a hit costs a pass over pointers);
+    messages never change once appended, so the bytes are still theirs."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.size = 0
+        self._pages: OrderedDict[tuple[int, int, int], tuple[list[Msg], bytes]] = OrderedDict()
+
+    def body(self, number: int, messages: list[Msg]) -> bytes:
+        """``messages`` as repeated field ``number``: the tag before each."""
+        key = (id(messages[0]), len(messages), number)
+        hit = self._pages.get(key)
+        if hit is not None and hit[0] == messages:
+            self._pages.move_to_end(key)
+            return hit[1]
+        tag = _varint(number << 3 | 2)
+        body = tag + tag.join(_wires(messages))
+        if len(body) <= self.max_bytes // 4:  # one page never empties the cache
+            self._keep(key, messages, body)
+        return body
+
+    def _keep(self, key: tuple[int, int, int], messages: list[Msg], body: bytes) -> None:
+        old = self._pages.pop(key, None)
+        if old is not None:
+            self.size -= len(old[1])
+        # The list is copied: a caller's list may change; the messages may not.
+        self._pages[key] = (list(messages), body)
+        self.size += len(body)
+        while self.size > self.max_bytes:
+            _, (_, gone) = self._pages.popitem(last=False)
+            self.size -= len(gone)
+
+
+#: Pages of every context share this bound (the RSS it adds at most, beside
+#: the messages it keeps alive until it lets them go).
+BODIES = Bodies(32 * 1024 * 1024)
+
+
 def _after(prefix: bytes, number: int, messages: list[Msg]) -> bytes:
-    """``prefix`` followed by ``messages`` as repeated field ``number``, in
-    one copy: joining with the field tag puts it before every message."""
+    """``prefix`` followed by ``messages`` as repeated field ``number``."""
     if not messages:
         return prefix
-    return _varint(number << 3 | 2).join([prefix, *_wires(messages)])
+    return prefix + BODIES.body(number, messages)
 
 
 def slice_reply(

@@ -22,6 +22,7 @@ from ctxd_sidecar.core.compaction.summary import Summary
 from ctxd_sidecar.core.contexts.calls import CallBook
 from ctxd_sidecar.core.contexts.tokens import DEFAULT_MODEL_WINDOW, Calibration
 from ctxd_sidecar.core.estimate import MESSAGE_OVERHEAD, estimate_message, estimate_text
+from ctxd_sidecar.core.heap import acyclic
 from ctxd_sidecar.core.plan import Plan
 from ctxd_sidecar.core.skills.model import SkillRef
 
@@ -353,7 +354,8 @@ class ContextState:
         """The live transcript, oldest first (built on first use after a restore)."""
         if self.unbuilt:
             runs, self.unbuilt = self.unbuilt, []
-            self.built[:0] = [m for run in runs for m in run.build()]
+            with acyclic():
+                self.built[:0] = [m for run in runs for m in run.build()]
         return self.built
 
     @messages.setter

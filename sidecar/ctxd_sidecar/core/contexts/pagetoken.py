@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from functools import lru_cache
 
 from ctxd_sidecar.core.errors import InvalidArgument
 
@@ -25,8 +26,14 @@ PROVIDER = "j1."
 MAX_TOKEN = 256
 
 
+#: Tokens written and read lately, remembered: a long context read page by
+#: page again meets the same ones (each entry is at most ``MAX_TOKEN`` long).
+REMEMBERED = 4096
+
+
+@lru_cache(maxsize=REMEMBERED)
 def pack(tag: str, *parts: object) -> str:
-    """A token of ``tag`` holding ``parts`` (JSON values)."""
+    """A token of ``tag`` holding ``parts`` (JSON values, hashable ones)."""
     raw = json.dumps(parts, separators=(",", ":"))
     return tag + base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
@@ -36,20 +43,26 @@ def bad() -> InvalidArgument:
     return InvalidArgument("page_token", "is not a token this view returned; omit it to start over")
 
 
-def unpack(token: str, tag: str, arity: int, optional: int = 0) -> list:
+def unpack(token: str, tag: str, arity: int, optional: int = 0) -> tuple:
     """The parts of ``token`` (a token :func:`pack` wrote with ``tag``):
     ``arity`` of them, or up to ``optional`` more (from older tokens' absent
     ones); anything else is refused (:func:`bad`)."""
     if not token.startswith(tag) or len(token) > MAX_TOKEN:
         raise bad()
-    body = token[len(tag) :]
+    parts = _parts(token[len(tag) :])
+    if parts is None or not arity - optional <= len(parts) <= arity:
+        raise bad()
+    return parts
+
+
+@lru_cache(maxsize=REMEMBERED)
+def _parts(body: str) -> tuple | None:
+    """The JSON array in ``body`` (None: not one)."""
     try:
         parts = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
     except (binascii.Error, ValueError, TypeError):
-        raise bad() from None
-    if not isinstance(parts, list) or not arity - optional <= len(parts) <= arity:
-        raise bad()
-    return parts
+        return None
+    return tuple(parts) if isinstance(parts, list) else None
 
 
 def is_count(value: object) -> bool:

@@ -29,6 +29,7 @@ stays with the item after it. It holds at least ``last`` messages.
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from itertools import accumulate
 from operator import attrgetter
@@ -154,7 +155,7 @@ def _page(
 ) -> Page:
     blocks = st.slice_blocks() if first and view == SLICE else []
     budget = PAGE_BYTES - sum(len(b.encode()) + MESSAGE_FRAME_BYTES for b in blocks)
-    end = start + _fitting(msgs[start : start + limit], budget)
+    end = start + _ENDS.fitting(msgs, start, limit, budget)
     token = _encode(st, view, msgs[end - 1].seq, change) if end < len(msgs) and end > start else ""
     return Page(msgs[start:end], token, change, first, blocks)
 
@@ -173,6 +174,55 @@ def _fitting(window: list[Msg], budget: int) -> int:
         return len(sizes)
     spent = list(accumulate(n + MESSAGE_FRAME_BYTES for n in sizes))
     return max(1, bisect_right(spent, budget))
+
+
+class _Ends:
+    """How many messages pages that start at a message held, for the next
+    read of the same pages (up to :attr:`CAP` of them, least recently used
+    first out): measuring a page's window costs a visit to every message
+    object in it. A page is found by its first message object, the limit
+    and the budget, and trusted only if the same objects still stand at its
+    last place and at the first place past it (the one that did not fit);
+    (a page of ``limit`` messages needs none); a transcript changes only at
+    its ends (appends, truncation at the tail, compaction at the head), so
+    the messages between are the same."""
+
+    CAP = 4096
+
+    def __init__(self) -> None:
+        self._held: OrderedDict[tuple[int, int, int], tuple[Msg, Msg, Msg | None, int]] = (
+            OrderedDict()
+        )
+
+    def fitting(self, msgs: list[Msg], start: int, limit: int, budget: int) -> int:
+        """:func:`_fitting` of ``msgs[start : start + limit]``."""
+        if start >= len(msgs):
+            return 0
+        first = msgs[start]
+        key = (id(first), limit, budget)
+        held = self._held.get(key)
+        if held is not None:
+            was, last, past, n = held
+            end = start + n
+            if (
+                was is first
+                and end <= len(msgs)
+                and msgs[end - 1] is last
+                and (past is None or (end < len(msgs) and msgs[end] is past))
+            ):
+                self._held.move_to_end(key)
+                return n
+        n = _fitting(msgs[start : start + limit], budget)
+        end = start + n
+        if n == limit or end < len(msgs):  # a page the end of the transcript cut is not kept
+            past = None if n == limit else msgs[end]
+            self._held[key] = (first, msgs[end - 1], past, n)
+            if len(self._held) > self.CAP:
+                self._held.popitem(last=False)
+        return n
+
+
+_ENDS = _Ends()
 
 
 def _index_after(msgs: list[Msg], seq: int) -> int:
