@@ -44,7 +44,12 @@ Rows (p50/p99 in µs):
 * ``floor.grpc.pages.<store>.h10000``: the floor of that read: the same
   replies, byte for byte, from ``bench.echo_server`` (a server that does no
   work), each parsed as the client parses ctxd's, timed interleaved with
-  it; the slice row's ratio is to this one;
+  it; the slice row's ratio is to this one (on LMDB; the CACHED row's on S3);
+* ``floor.grpc.pages_and_get.s3.h10000``: one GET of an absent key from the
+  same S3 server (boto3, as ctxd's store), then that floor: on a shared
+  store a read at the default consistency first asks for the log record
+  after its copy's version, so no such read goes under this; the S3 slice
+  row's ratio is to this one;
 * ``ctxd.restore.<store>.h10000``: a fresh sidecar's first GetContext(INFO) of
   that conversation, i.e. the restore from the store (head + sealed
   segments + log tail), one fresh process per sample;
@@ -338,7 +343,16 @@ def open_channel(port: str):
     return channel
 
 
-def _suite(ctx: Context, label: str, store: str, common: dict) -> Iterator[Result]:
+def _suite(
+    ctx: Context,
+    label: str,
+    store: str,
+    common: dict,
+    ask_store: Callable[[], None] | None = None,
+) -> Iterator[Result]:
+    """Every row of one store; ``ask_store``: one request to a shared store
+    (what a read at the default consistency asks first), timed with the
+    read floor."""
     from ctxd_sidecar.api.ctxd.v1 import context_pb2 as pb
     from ctxd_sidecar.api.ctxd.v1 import context_pb2_grpc
 
@@ -390,6 +404,7 @@ def _suite(ctx: Context, label: str, store: str, common: dict) -> Iterator[Resul
     max_page_ns: list[int] = []
     cached_ns: list[int] = []
     floor_ns: list[int] = []
+    asked_floor_ns: list[int] = []
     npages: dict[int, int] = {}
     page_sizes: list[int] = []
     with contextlib.ExitStack() as stack:
@@ -440,6 +455,12 @@ def _suite(ctx: Context, label: str, store: str, common: dict) -> Iterator[Resul
                             blobs.read(pb.GetContextResponse.FromString)
                             if k:
                                 floor_ns.append(time.perf_counter_ns() - t0)
+                            if ask_store is not None:
+                                t0 = time.perf_counter_ns()
+                                ask_store()
+                                blobs.read(pb.GetContextResponse.FromString)
+                                if k:
+                                    asked_floor_ns.append(time.perf_counter_ns() - t0)
                 finally:
                     channel.close()
     floor_name = f"floor.grpc.pages.{label}.h{biggest}"
@@ -455,6 +476,17 @@ def _suite(ctx: Context, label: str, store: str, common: dict) -> Iterator[Resul
         },
     )
 
+    if asked_floor_ns:
+        yield result_from_samples(
+            asked_floor_ns,
+            name=f"floor.grpc.pages_and_get.{label}.h{biggest}",
+            group=GROUP,
+            extra={
+                "what": "one GET of an absent key from the same store, then the floor above: "
+                "what a read that asks the shared store first cannot go under",
+            },
+        )
+
     def row(samples: list[int], name: str, ratio_to: str | None = None, **extra) -> Result:
         """A row of the 10,000-message context, named for this store and mark."""
         return result_from_samples(
@@ -466,7 +498,8 @@ def _suite(ctx: Context, label: str, store: str, common: dict) -> Iterator[Resul
         )
 
     view = "CONTEXT_VIEW_SLICE, every page"
-    yield row(slice_ns, "ctxd.get_context.slice", "floor.grpc.pages", view=f"{view} (default page size)", pages=npages[0])  # noqa: E501  # fmt: skip
+    floor_of_slice = "floor.grpc.pages_and_get" if asked_floor_ns else "floor.grpc.pages"
+    yield row(slice_ns, "ctxd.get_context.slice", floor_of_slice, view=f"{view} (default page size)", pages=npages[0])  # noqa: E501  # fmt: skip
     if cached_ns:
         yield row(cached_ns, "ctxd.get_context.slice_cached", "floor.grpc.pages", view=f"{view} (consistency CACHED: the store not asked first)")  # noqa: E501  # fmt: skip
     yield row(max_page_ns, "ctxd.get_context.slice_max_page", "ctxd.get_context.slice", view=f"{view} (page_size={MAX_PAGE_SIZE})", pages=npages[MAX_PAGE_SIZE])  # noqa: E501  # fmt: skip
@@ -529,7 +562,27 @@ def contexts_s3(ctx: Context) -> Iterator[Result]:
     with moto_server() as endpoint:
         create_bucket(endpoint, BUCKET)
         common = {"store": "s3 (moto ThreadedMotoServer in the bench process, real HTTP)"}
-        yield from _suite(ctx, "s3", store_uri(endpoint, BUCKET), common)
+        yield from _suite(ctx, "s3", store_uri(endpoint, BUCKET), common, _absent_get(endpoint))
+
+
+def _absent_get(endpoint: str) -> Callable[[], None]:
+    """One GET of a key the bucket does not hold, as ctxd asks for the log
+    record after its copy's version (boto3, as ctxd's S3 store uses)."""
+    import boto3
+
+    from bench.moto_s3 import REGION, credentials
+
+    credentials()
+    client = boto3.client("s3", endpoint_url=endpoint, region_name=REGION)
+
+    def ask() -> None:
+        try:
+            client.get_object(Bucket=BUCKET, Key="ctxd/absent")
+        except client.exceptions.NoSuchKey:
+            pass
+
+    ask()  # connects
+    return ask
 
 
 # -- server mode ---------------------------------------------------------------------
