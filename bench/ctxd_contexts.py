@@ -358,7 +358,7 @@ def _suite(
 
     marks = ctx.pick(full=MARKS_FULL, quick=MARKS_QUICK)
     n = ctx.pick(full=200, quick=20)
-    restores = ctx.pick(full=3, quick=1)
+    restores = ctx.pick(full=5, quick=1)
     slices = ctx.pick(full=10, quick=2)
     biggest = max(marks)
     big_conv = f"{label}-h{biggest}-0"
