@@ -31,7 +31,8 @@ import threading
 import time
 from collections.abc import Iterator
 
-from bench.ctxd_contexts import CALL_TIMEOUT_S, Bench, open_channel, sidecar_cmd
+from bench.ctxd_contexts import Bench
+from bench.ctxd_rpc import CALL_TIMEOUT_S, open_channel, sidecar_cmd
 from bench.harness import Context, Report, Result, measure, register, result_from_samples
 from bench.moto_s3 import create_bucket, moto_server, store_uri
 from bench.procs import python_module_cmd, spawn

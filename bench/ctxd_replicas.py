@@ -26,7 +26,8 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-from bench.ctxd_contexts import CALL_TIMEOUT_S, Bench, open_channel, sidecar_cmd
+from bench.ctxd_contexts import Bench
+from bench.ctxd_rpc import CALL_TIMEOUT_S, open_channel, sidecar_cmd
 from bench.harness import Context, Result, register, result_from_samples
 from bench.moto_s3 import create_bucket, moto_server, store_uri
 from bench.procs import spawn
