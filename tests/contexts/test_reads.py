@@ -140,3 +140,13 @@ def test_a_page_of_its_limit_is_remembered_whatever_follows_it():
     big = _big(1, views.PAGE_BYTES)[0].assigned(6, 1006, ver=2)
     st.add_message(big)  # in the last one's place, too big to share a page
     assert [m.seq for m in views.read(st, views.SLICE, size=2).messages] == [1]
+
+
+def test_a_token_remembered_for_one_value_is_not_given_for_an_equal_one_of_another_type():
+    one = pagetoken.pack(pagetoken.TRANSCRIPT, "g", 1, "slice", 1, "")
+    true = pagetoken.pack(pagetoken.TRANSCRIPT, "g", True, "slice", 1, "")
+    assert one != true
+    st = ContextState(id="c", kind="conversation", gen="g", version=1)
+    st.add_message(Msg(USER, text="hi").assigned(1, 1000, ver=1))
+    with pytest.raises(InvalidArgument):
+        views.read(st, views.SLICE, token=true)  # True is no count

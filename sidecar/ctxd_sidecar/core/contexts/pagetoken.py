@@ -31,7 +31,7 @@ MAX_TOKEN = 256
 REMEMBERED = 4096
 
 
-@lru_cache(maxsize=REMEMBERED)
+@lru_cache(maxsize=REMEMBERED, typed=True)  # typed: 1 and True are different tokens
 def pack(tag: str, *parts: object) -> str:
     """A token of ``tag`` holding ``parts`` (JSON values, hashable ones)."""
     raw = json.dumps(parts, separators=(",", ":"))

@@ -182,10 +182,10 @@ class _Ends:
     first out): measuring a page's window costs a visit to every message
     object in it. A page is found by its first message object, the limit
     and the budget, and trusted only if the same objects still stand at its
-    last place and at the first place past it (the one that did not fit);
-    (a page of ``limit`` messages needs none); a transcript changes only at
-    its ends (appends, truncation at the tail, compaction at the head), so
-    the messages between are the same."""
+    last place and at the first place past it, the one that did not fit (a
+    page of ``limit`` messages has none). A transcript changes only at its
+    ends (appends, truncation at the tail, compaction at the head), so the
+    messages between are the same."""
 
     CAP = 4096
 
