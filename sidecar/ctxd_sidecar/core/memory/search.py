@@ -203,7 +203,9 @@ class StoreSearch:
         asked = want
         while True:
             ranked = self.index.ranked(request.prefix, query, request.fields, asked)
-            fresh = [h for h in ranked if h[0] not in done]
+            # The version each score was computed from: the index may change
+            # while the records are re-read (a rescan, a write).
+            fresh = [(*h, self.index.version(h[0])) for h in ranked if h[0] not in done]
             for start in range(0, len(fresh), max(want, 16)):
                 batch = fresh[start : start + max(want, 16)]
                 await self._verify(batch, query, request, filter_, hits)
@@ -217,15 +219,17 @@ class StoreSearch:
         return best[request.offset : want]
 
     async def _verify(self, batch, query, request, filter_, hits) -> None:
-        items = await asyncio.gather(*(self.storage.get(self.prefix + k) for k, _, _ in batch))
+        items = await asyncio.gather(*(self.storage.get(self.prefix + k) for k, *_ in batch))
         now, qn = self.now_ms(), norm(query)
-        for (key, s, field), item in zip(batch, items, strict=True):
+        for (key, s, field, scored), item in zip(batch, items, strict=True):
             rec = None if item is None else decode_record(item.value)
             if rec is None or rec.expired(now):
-                self.index.drop(key)
+                if self.index.version(key) == scored:  # not re-added meanwhile
+                    self.index.drop(key)
                 continue
-            if self.index.version(key) != item.version:
-                self.written(key, item.version, rec.vectors)
+            if scored != item.version:  # scored on another version's vectors
+                if self.index.version(key) == scored:  # and nothing newer came since
+                    self.written(key, item.version, rec.vectors)
                 best = _best(self.metric, query, qn, rec.vectors, request.fields, self.dims)
                 if best is None:
                     continue
