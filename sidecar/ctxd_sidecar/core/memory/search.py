@@ -203,9 +203,7 @@ class StoreSearch:
         asked = want
         while True:
             ranked = self.index.ranked(request.prefix, query, request.fields, asked)
-            # The version each score was computed from: the index may change
-            # while the records are re-read (a rescan, a write).
-            fresh = [(*h, self.index.version(h[0])) for h in ranked if h[0] not in done]
+            fresh = [h for h in ranked if h[0] not in done]
             for start in range(0, len(fresh), max(want, 16)):
                 batch = fresh[start : start + max(want, 16)]
                 await self._verify(batch, query, request, filter_, hits)
@@ -221,6 +219,8 @@ class StoreSearch:
     async def _verify(self, batch, query, request, filter_, hits) -> None:
         items = await asyncio.gather(*(self.storage.get(self.prefix + k) for k, *_ in batch))
         now, qn = self.now_ms(), norm(query)
+        # Each hit names the version it was scored on: the index may change
+        # while the records are re-read (a rescan, a write).
         for (key, s, field, scored), item in zip(batch, items, strict=True):
             rec = None if item is None else decode_record(item.value)
             if rec is None or rec.expired(now):

@@ -31,8 +31,8 @@ except ImportError:  # pragma: no cover - exercised where numpy is absent
 
 log = logging.getLogger(__name__)
 
-#: A ranked candidate: (key, score, field).
-Hit = tuple[str, float, str]
+#: A ranked candidate: (key, score, field, the version the score is of).
+Hit = tuple[str, float, str, str]
 
 
 def approx_available() -> bool:
@@ -158,7 +158,8 @@ class VectorIndex:
 
     def ranked(self, prefix: str, query: array, fields: tuple[str, ...], want: int) -> list[Hit]:
         """At least ``want`` records under ``prefix`` (when there are), best
-        first, each once with its best field; more may follow."""
+        first, each once with its best field and the version scored; more
+        may follow."""
         if not self._keys or len(query) != self.dims:
             return []
         rows = self._rows_under(prefix)
@@ -181,7 +182,7 @@ class VectorIndex:
             if fields and slot[1].partition("#")[0] not in fields:
                 continue
             seen.add(slot[0])
-            out.append((slot[0], float(s), slot[1]))
+            out.append((slot[0], float(s), slot[1], self._keys[slot[0]][0]))
         return out
 
     def _ranked_python(self, rows, query, fields) -> list[Hit]:
