@@ -158,8 +158,7 @@ class VectorIndex:
 
     def ranked(self, prefix: str, query: array, fields: tuple[str, ...], want: int) -> list[Hit]:
         """At least ``want`` records under ``prefix`` (when there are), best
-        first, each once with its best field and the version scored; more
-        may follow."""
+        first, each once (best field, version scored); more may follow."""
         if not self._keys or len(query) != self.dims:
             return []
         rows = self._rows_under(prefix)
